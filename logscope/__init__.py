@@ -1,0 +1,3 @@
+"""logscope: post-mortem analysis of distributed training logs."""
+
+__version__ = "0.1.0"

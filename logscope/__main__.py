@@ -1,0 +1,3 @@
+from logscope.cli import main
+
+main()

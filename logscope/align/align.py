@@ -1,0 +1,486 @@
+"""Align the ranks: global rank and node for every event, phases, the ChildFailedError table, per-rank facts.
+
+Evidence for a stream's global rank, strongest first: the c10 `[rank<N>]:` prefix, the job's own identity lines
+(rank=, global_rank =, skrl's Distributed (rank: ...), ProcessGroupNCCL options), torchrun's rendezvous block, and
+last the local rank on a single node. Clocks are never compared across hosts; order within a rank is source order.
+"""
+
+from __future__ import annotations
+
+import json
+import signal as signal_module
+from collections import Counter, defaultdict
+from typing import Any
+
+import polars as pl
+
+from logscope.align.model import RANK_SCHEMA, Aligned
+from logscope.events.extract import Extraction
+from logscope.events.table import EVENT_SCHEMA
+from logscope.ingest.read import SourceStats
+from logscope.ingest.sources import Source
+
+PHASE_ORDER = {"launch": 0, "init": 1, "sync": 2, "train": 3, "end": 4, "fail": 5}
+IDENTITY_KINDS = {"config_values", "rank_identity", "pg_initialized", "pg_nccl_options"}
+WORLD_SIZE_KINDS = {"config_values", "rank_identity", "pg_initialized", "pg_nccl_options"}
+# Torch's uninitialised "last completed" values (torch_logs.md §3.3) are absurd; treat them as unknown.
+MAX_SANE_SEQ = 1 << 40
+
+
+def signal_name(exit_code: int | None) -> str | None:
+    if exit_code is None or exit_code >= 0:
+        return None
+    try:
+        return signal_module.Signals(-exit_code).name
+    except ValueError:
+        return f"SIG{-exit_code}"
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def _int_list(value: Any) -> list[int]:
+    text = str(value or "").strip().strip("[]")
+    return [int(x) for x in text.replace(" ", "").split(",") if x.strip().lstrip("-").isdigit()]
+
+
+class _Builder:
+    def __init__(self, extraction: Extraction, sources: list[Source], stats: list[SourceStats]) -> None:
+        self.sources = sources
+        self.stats = stats
+        self.notes: list[str] = list(extraction.notes)
+        self.rows: list[dict[str, Any]] = extraction.events.to_dicts()
+        for row in self.rows:
+            row["_f"] = json.loads(row["fields"]) if row["fields"] else {}
+        self.contexts = extraction.contexts
+
+    # ------------------------------------------------------------------ streams and ranks
+    def stream_of(self, row: dict[str, Any]) -> tuple[int, int | None]:
+        src = self.sources[row["sid"]]
+        if src.role == "console":
+            return (row["sid"], row["tee_lrank"])
+        return (row["sid"], None)
+
+    def nodes(self) -> list[str]:
+        return sorted({s.node for s in self.sources if s.node is not None})
+
+    def resolve_ranks(self) -> None:
+        nodes = self.nodes()
+        single_node = len(nodes) <= 1
+        votes: dict[tuple[int, int | None], Counter[int]] = defaultdict(Counter)
+        world_votes: Counter[int] = Counter()
+        for row in self.rows:
+            stream = self.stream_of(row)
+            if row["grank"] is not None:
+                votes[stream][row["grank"]] += 3
+            f = row["_f"]
+            if row["kind"] in IDENTITY_KINDS:
+                rank = _int(f.get("rank"))
+                if rank is not None:
+                    votes[stream][rank] += 5
+            if row["kind"] == "sync_start" and f.get("rank") is not None and stream[1] is not None:
+                votes[stream][int(f["rank"])] += 2
+            if row["kind"] in WORLD_SIZE_KINDS:
+                ws = _int(f.get("world_size"))
+                if ws is not None:
+                    world_votes[ws] += 1
+        # Rendezvous blocks: group_rank + global_ranks per console, applied to per-rank files of that node only
+        # when there is one node (a console is not tied to a node folder).
+        rdzv_global: list[int] = []
+        for row in self.rows:
+            if row["kind"] == "rdzv_field" and row["_f"].get("key") == "global_ranks":
+                rdzv_global = _int_list(row["_f"].get("value"))
+        stream_rank: dict[tuple[int, int | None], int] = {s: c.most_common(1)[0][0] for s, c in votes.items()}
+        # Per-rank file streams without identity lines: global = base(node) + local rank, as torchrun assigns it.
+        locals_per_node: dict[str, set[int]] = defaultdict(set)
+        for s in self.sources:
+            if s.node is not None and s.local_rank is not None:
+                locals_per_node[s.node].add(s.local_rank)
+        base: dict[str, int] = {}
+        offset = 0
+        for node in nodes:
+            base[node] = offset
+            offset += max(locals_per_node[node], default=-1) + 1
+        file_rank: dict[tuple[str | None, int | None], int] = {}
+        for sid, src in enumerate(self.sources):
+            if src.node is None or src.local_rank is None:
+                continue
+            stream = (sid, None)
+            if stream not in stream_rank:
+                if single_node and rdzv_global and src.local_rank < len(rdzv_global):
+                    stream_rank[stream] = rdzv_global[src.local_rank]
+                else:
+                    stream_rank[stream] = base[src.node] + src.local_rank
+            file_rank[(src.node, src.local_rank)] = stream_rank[stream]
+        # Per-rank files that produced no events still belong to a rank.
+        self.file_rank = file_rank
+        self.single_node = single_node
+        self.world_votes = world_votes
+        for row in self.rows:
+            stream = self.stream_of(row)
+            rank = row["grank"]
+            if rank is None:
+                rank = stream_rank.get(stream)
+            if rank is None and stream[1] is not None and single_node:
+                rank = file_rank.get((nodes[0] if nodes else None, stream[1]), stream[1])
+            if rank is None and row["kind"] in ("nccl_watchdog_timeout", "nccl_pg_status"):
+                # Old formats carry only "[Rank N]", the rank in that PG: the global rank for the default PG.
+                pg = row["pg"]
+                if pg in (None, "0"):
+                    rank = _int(row["_f"].get("pg_rank"))
+            row["rank"] = rank
+            if row["local_rank"] is None and stream[1] is not None:
+                row["local_rank"] = stream[1]
+
+    # ------------------------------------------------------------------ duplicates, attempts, phases
+    def drop_tee_copies(self) -> None:
+        """A line tee'd to the console and written to attempt_*/N/stdout.log counts once (the file's copy)."""
+        seen = {
+            (row["local_rank"], row["text"])
+            for row in self.rows
+            if self.sources[row["sid"]].role != "console" and row["local_rank"] is not None
+        }
+        if not seen:
+            return
+        self.rows = [
+            row
+            for row in self.rows
+            if not (
+                self.sources[row["sid"]].role == "console"
+                and row["tee_lrank"] is not None
+                and (row["tee_lrank"], row["text"]) in seen
+            )
+        ]
+
+    def assign_attempts(self) -> None:
+        current: dict[tuple[int, int | None], int] = {}
+        for row in self.rows:
+            if row["attempt"] is not None:
+                continue
+            stream = self.stream_of(row)
+            restart = _int(row["_f"].get("restart_count"))
+            if restart is not None and row["kind"] in ("config_values", "torch_version", "rdzv_field"):
+                current[stream] = restart
+            row["attempt"] = current.get(stream)
+
+    def order(self) -> None:
+        role_order = {"stdout": 0, "console": 1, "stderr": 2, "error_json": 3}
+        self.rows.sort(
+            key=lambda r: (
+                r["rank"] if r["rank"] is not None else 1 << 30,
+                r["attempt"] if r["attempt"] is not None else -1,
+                role_order.get(self.sources[r["sid"]].role, 9),
+                r["sid"],
+                r["line"],
+            )
+        )
+
+    def assign_phases(self) -> None:
+        last: dict[tuple[int | None, int | None], str] = {}
+        for row in self.rows:
+            key = (row["rank"], row["attempt"])
+            phase = row["phase"]
+            if row["level"] == "benign" and phase is None:
+                phase = last.get(key, "launch")
+            if phase is None:
+                phase = last.get(key, "init" if row["rank"] is not None else "launch")
+            row["phase"] = phase
+            if row["level"] != "benign":
+                last[key] = phase
+
+    # ------------------------------------------------------------------ torchrun's failure table
+    def child_failures(self) -> None:
+        """Assemble each ChildFailedError entry ([idx]: time/host/rank/exitcode/error_file/traceback)."""
+        synthesized: list[dict[str, Any]] = []
+        section: str | None = None
+        entry: dict[str, Any] | None = None
+        entry_row: dict[str, Any] | None = None
+        last_sid = -1
+
+        def flush() -> None:
+            if entry is not None and entry_row is not None and "rank" in entry:
+                f = dict(entry)
+                row = dict(entry_row)
+                row.update(
+                    kind="child_failure",
+                    level="error",
+                    phase="fail",
+                    rank=f["rank"],
+                    local_rank=f.get("local_rank"),
+                    exitcode=f.get("exitcode"),
+                    grank=None,
+                    tee_lrank=None,
+                    _f=f,
+                    fields=json.dumps(f),
+                    text=f"[{f.get('idx')}] rank {f['rank']} (local_rank {f.get('local_rank')}) exitcode "
+                    f"{f.get('exitcode')}" + (" root cause" if f.get("root_cause") else ""),
+                )
+                synthesized.append(row)
+
+        for row in sorted(self.rows, key=lambda r: (r["sid"], r["line"])):
+            kind = row["kind"]
+            if row["sid"] != last_sid:
+                flush()
+                section, entry, entry_row, last_sid = None, None, None, row["sid"]
+            if kind == "child_failed_section":
+                flush()
+                entry = None
+                section = "root" if str(row["_f"].get("section", "")).startswith("Root") else "other"
+            elif kind == "child_failed_entry" and section is not None:
+                flush()
+                entry = {"idx": _int(row["_f"].get("idx")), "root_cause": section == "root"}
+                entry_row = row
+            elif kind == "child_failed_field" and entry is not None:
+                f = row["_f"]
+                if "entry_rank" in f:
+                    entry["rank"] = int(f["entry_rank"])
+                    entry["local_rank"] = int(f["entry_local_rank"])
+                elif "exitcode" in f:
+                    entry["exitcode"] = int(f["exitcode"])
+                    entry["pid"] = _int(f.get("pid"))
+                elif f.get("key"):
+                    entry[str(f["key"])] = f.get("value")
+        flush()
+        self.rows = [r for r in self.rows if not r["kind"].startswith("child_failed_")] + synthesized
+
+    def worker_failed_ranks(self) -> None:
+        """torchrun's `failed (exitcode: N) local_rank: L` names a local rank of the agent's own node."""
+        for row in self.rows:
+            if row["kind"] == "worker_failed" and row["rank"] is None:
+                local = _int(row["_f"].get("local_rank"))
+                if local is not None and self.single_node:
+                    row["rank"] = self.file_rank.get((self.nodes()[0] if self.nodes() else None, local), local)
+                    row["local_rank"] = local
+
+    # ------------------------------------------------------------------ facts
+    def job(self, ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
+        kinds = Counter(r["kind"] for r in self.rows)
+        fields_of = defaultdict(list)
+        for row in self.rows:
+            fields_of[row["kind"]].append(row["_f"])
+        declared = [ws for ws in self.world_votes if ws > 0]
+        world_size: int | None = max(declared) if declared else None
+        rdzv_ws = [_int_list(f.get("value")) for f in fields_of["rdzv_field"] if f.get("key") == "global_world_sizes"]
+        if world_size is None and rdzv_ws and rdzv_ws[-1]:
+            world_size = rdzv_ws[-1][0]
+        if world_size is None:
+            nranks = [_int(f.get("nranks")) for f in fields_of["nccl_comm_init"]]
+            nranks_known = [n for n in nranks if n]
+            if nranks_known:
+                world_size = max(nranks_known)
+        if world_size is None and ranks:
+            world_size = max(ranks) + 1
+        requested = None
+        launch = {str(f.get("key")): f.get("value") for f in fields_of["launch_config"]}
+        nproc = _int(launch.get("nproc_per_node"))
+        max_nodes = _int(launch.get("max_nodes"))
+        if nproc:
+            requested = nproc * (max_nodes or 1)
+        nodes = self.nodes()
+        nnodes: int | None = len(nodes) or None
+        group_ws = [_int(f.get("value")) for f in fields_of["rdzv_field"] if f.get("key") == "group_world_size"]
+        if group_ws and group_ws[-1]:
+            nnodes = max(nnodes or 0, group_ws[-1] or 0)
+        if nnodes is None and (world_size is not None or ranks):
+            nnodes = 1 if self.sources and any(s.node for s in self.sources) else None
+        attempts = {r["attempt"] for r in self.rows if r["attempt"] is not None}
+        attempts |= {s.attempt for s in self.sources if s.attempt is not None}
+        backend = None
+        backends = [f.get("backend") for f in fields_of["pg_initialized"] if f.get("backend")]
+        if backends:
+            backend = str(Counter(backends).most_common(1)[0][0])
+        elif any(k.startswith(("nccl_", "pg_nccl")) for k in kinds):
+            backend = "nccl"
+        elif any(k.startswith("gloo_") for k in kinds):
+            backend = "gloo"
+        torch_versions = [f.get("torch_version") for f in fields_of["torch_version"] if f.get("torch_version")]
+        nccl_versions = [f.get("nccl_version") for k in ("nccl_version", "pg_nccl_env", "nccl_error")
+                         for f in fields_of[k] if f.get("nccl_version")]
+        framework = None
+        sync_fields = fields_of["sync_start"]
+        if any("rl_games" in f for f in sync_fields) or kinds["rl_games_seed"] or any(
+            "fps_step" in f for f in fields_of["iteration"]
+        ):
+            framework = "rl_games"
+        elif any("skrl" in f for f in sync_fields) or any(
+            "skrl" in r["text"] for r in self.rows if r["kind"] == "rank_identity"
+        ):
+            framework = "skrl"
+        elif any("rank" in f for f in sync_fields) or any("iteration" in f for f in fields_of["iteration"]):
+            framework = "rsl_rl"
+        nccl_env: dict[str, str] = {}
+        for f in fields_of["nccl_env_set"]:
+            nccl_env[str(f.get("var"))] = str(f.get("value"))
+        for f in fields_of["config_values"]:
+            for key, value in f.items():
+                if key.startswith(("NCCL_", "TORCH_NCCL_")):
+                    nccl_env[key] = str(value)
+        failed = bool(kinds["child_failure"]) or any(
+            (r["exitcode"] or 0) != 0 for r in self.rows if r["kind"] == "worker_failed"
+        )
+        ended = kinds["worker_group_finished"] > 0 or (
+            bool(ranks) and all(info.get("ended") for info in ranks.values())
+        )
+        exit_code = 1 if failed else (0 if ended else None)
+        launcher = "torchrun" if (nodes or kinds["worker_failed"] or kinds["benign_omp_banner"]
+                                  or kinds["child_failure"] or kinds["rdzv_timeout"]) else None
+        return {
+            "world_size": world_size,
+            "nnodes": nnodes,
+            "attempts": max(len(attempts), 1 if self.rows else 0),
+            "backend": backend,
+            "torch_version": str(torch_versions[0]) if torch_versions else None,
+            "nccl_version": str(nccl_versions[0]) if nccl_versions else None,
+            "framework": framework,
+            "exit_code": exit_code,
+            "launcher": launcher,
+            "nccl_env": nccl_env,
+            "requested_world_size": requested,
+        }
+
+    def rank_table(self) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
+        per: dict[int, dict[str, Any]] = {}
+
+        def info(rank: int) -> dict[str, Any]:
+            if rank not in per:
+                per[rank] = {
+                    "rank": rank, "node": None, "host": None, "local_rank": None, "attempt": None,
+                    "exit_code": None, "signal": None, "phase": None, "last_iteration": None,
+                    "last_seq_enqueued": None, "last_seq_completed": None, "last_kind": None,
+                    "last_text": None, "device": None, "bus_id": None, "world_size": None,
+                    "sources": set(), "events": 0, "ended": False, "failed": False, "max_phase": -1,
+                }
+            return per[rank]
+
+        for (node, local), rank in self.file_rank.items():
+            entry = info(rank)
+            entry["node"], entry["local_rank"] = node, local
+        for sid, src in enumerate(self.sources):
+            if src.node is not None and src.local_rank is not None:
+                rank = self.file_rank[(src.node, src.local_rank)]
+                entry = info(rank)
+                entry["sources"].add(src.path)
+                entry["attempt"] = max(entry["attempt"] or 0, src.attempt or 0)
+                entry.setdefault("lines", 0)
+                entry["lines"] = entry.get("lines", 0) + self.stats[sid].lines
+        final_attempt: dict[int, int] = {}
+        for row in self.rows:
+            if row["rank"] is not None and row["attempt"] is not None:
+                final_attempt[row["rank"]] = max(final_attempt.get(row["rank"], 0), row["attempt"])
+        for row in self.rows:
+            rank = row["rank"]
+            if rank is None:
+                continue
+            entry = info(rank)
+            f = row["_f"]
+            kind = row["kind"]
+            entry["sources"].add(row["source"])
+            entry["events"] += 1
+            if row["local_rank"] is not None and entry["local_rank"] is None:
+                entry["local_rank"] = row["local_rank"]
+            if row["attempt"] is not None:
+                entry["attempt"] = max(entry["attempt"] or 0, row["attempt"])
+            in_final = row["attempt"] is None or row["attempt"] >= final_attempt.get(rank, 0)
+            if row["level"] != "benign" and kind not in ("child_failure", "worker_failed"):
+                entry["last_kind"], entry["last_text"] = kind, row["text"]
+                if in_final:
+                    entry["max_phase"] = max(entry["max_phase"], PHASE_ORDER.get(row["phase"], -1))
+            if kind == "iteration" and row["iteration"] is not None and in_final:
+                entry["last_iteration"] = max(entry["last_iteration"] or -1, row["iteration"])
+            if kind in ("nccl_pg_status", "nccl_work_progress") and (row["pg"] in (None, "0")):
+                enq = _int(f.get("enqueued"))
+                done = _int(f.get("completed"))
+                if enq is not None and 0 <= enq < MAX_SANE_SEQ:
+                    entry["last_seq_enqueued"] = max(entry["last_seq_enqueued"] or -1, enq)
+                if done is not None and 0 <= done < MAX_SANE_SEQ:
+                    entry["last_seq_completed"] = max(entry["last_seq_completed"] or -1, done)
+            if kind == "collective_fingerprint" and row["seq"] is not None:
+                entry["last_seq_enqueued"] = max(entry["last_seq_enqueued"] or -1, row["seq"])
+            if kind == "device_assigned" and f.get("device"):
+                entry["device"] = str(f["device"])
+            if kind == "nccl_comm_init":
+                entry["bus_id"] = entry["bus_id"] or f.get("bus_id")
+                entry["host"] = entry["host"] or f.get("host")
+                if f.get("cuda_dev") is not None and entry["device"] is None:
+                    entry["device"] = f"cuda:{f['cuda_dev']}"
+            if kind in WORLD_SIZE_KINDS and _int(f.get("world_size")) is not None:
+                entry["world_size"] = _int(f.get("world_size"))
+            if kind == "config_values" and f.get("host") and entry["host"] is None:
+                entry["host"] = str(f["host"])
+            if kind == "child_failure" and in_final:
+                entry["exit_code"] = row["exitcode"]
+                entry["host"] = entry["host"] or f.get("host")
+            if kind == "worker_failed" and entry["exit_code"] is None and in_final:
+                entry["exit_code"] = row["exitcode"]
+            if kind in ("training_time", "train_final", "final_checksum") and in_final:
+                entry["ended"] = True
+            if row["level"] == "error" and in_final:
+                entry["failed"] = True
+        rows = []
+        for rank in sorted(per):
+            entry = per[rank]
+            if entry["exit_code"] is None and entry["ended"] and not entry["failed"]:
+                entry["exit_code"] = 0
+            entry["signal"] = signal_name(entry["exit_code"])
+            phase = entry["max_phase"]
+            if entry["failed"] or (entry["exit_code"] not in (None, 0)):
+                entry["phase"] = "fail"
+            elif phase >= 0:
+                entry["phase"] = next(p for p, i in PHASE_ORDER.items() if i == phase)
+            rows.append(entry)
+        return per, rows
+
+    def hidden_and_silent(self, per: dict[int, dict[str, Any]], world_size: int | None) -> None:
+        for rank in range(world_size or 0):
+            if rank not in per and world_size is not None and world_size <= 65536:
+                per[rank] = {
+                    "rank": rank, "node": None, "host": None, "local_rank": None, "attempt": None,
+                    "exit_code": None, "signal": None, "phase": None, "last_iteration": None,
+                    "last_seq_enqueued": None, "last_seq_completed": None, "last_kind": None,
+                    "last_text": None, "device": None, "bus_id": None, "world_size": None,
+                    "sources": set(), "events": 0,
+                }
+        for entry in per.values():
+            has_file = any(not s.endswith("error.json") for s in entry["sources"])
+            if entry["events"] > 0 or entry.get("lines", 0) > 0:
+                entry["status"] = "visible"
+            elif has_file:
+                entry["status"] = "silent"
+            else:
+                entry["status"] = "hidden"
+            entry["visible"] = entry["status"] == "visible"
+
+    def build(self) -> Aligned:
+        self.resolve_ranks()
+        self.drop_tee_copies()
+        self.assign_attempts()
+        self.child_failures()
+        self.worker_failed_ranks()
+        self.order()
+        self.assign_phases()
+        per, _ = self.rank_table()
+        job = self.job(per)
+        self.hidden_and_silent(per, job["world_size"])
+        rank_rows = []
+        for rank in sorted(per):
+            entry = per[rank]
+            row = {k: entry.get(k) for k in RANK_SCHEMA}
+            row["sources"] = sorted(entry["sources"])
+            row["events"] = entry.get("events", 0)
+            rank_rows.append(row)
+        ranks = pl.DataFrame(rank_rows, schema=RANK_SCHEMA) if rank_rows else pl.DataFrame(schema=RANK_SCHEMA)
+        event_rows = [{k: r[k] for k in EVENT_SCHEMA} for r in self.rows]
+        events = (
+            pl.DataFrame(event_rows, schema=EVENT_SCHEMA, orient="row")
+            if event_rows
+            else pl.DataFrame(schema=EVENT_SCHEMA)
+        )
+        return Aligned(events, ranks, job, self.sources, self.stats, self.contexts, self.notes)
+
+
+def align(extraction: Extraction, sources: list[Source], stats: list[SourceStats]) -> Aligned:
+    return _Builder(extraction, sources, stats).build()

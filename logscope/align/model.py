@@ -1,0 +1,49 @@
+"""The aligned view of a run: events with global ranks and phases, one row per rank, and the job's facts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from logscope.ingest.read import SourceStats
+from logscope.ingest.sources import Source
+
+
+@dataclass
+class Aligned:
+    events: pl.DataFrame  # EVENT_SCHEMA, with rank, attempt and phase resolved; sorted by rank, attempt, order
+    ranks: pl.DataFrame  # RANK_SCHEMA: one row per global rank
+    job: dict[str, Any]
+    sources: list[Source]
+    stats: list[SourceStats]
+    contexts: dict[tuple[int, int], list[tuple[int, str]]]
+    notes: list[str] = field(default_factory=list)
+
+    def rank_rows(self) -> list[dict[str, Any]]:
+        return self.ranks.to_dicts()
+
+
+RANK_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64(),
+    "node": pl.String(),
+    "host": pl.String(),
+    "local_rank": pl.Int64(),
+    "attempt": pl.Int64(),
+    "status": pl.String(),  # visible | hidden | silent
+    "visible": pl.Boolean(),
+    "exit_code": pl.Int64(),
+    "signal": pl.String(),
+    "phase": pl.String(),
+    "last_iteration": pl.Int64(),
+    "last_seq_enqueued": pl.Int64(),
+    "last_seq_completed": pl.Int64(),
+    "last_kind": pl.String(),
+    "last_text": pl.String(),
+    "device": pl.String(),
+    "bus_id": pl.String(),
+    "world_size": pl.Int64(),
+    "sources": pl.List(pl.String()),
+    "events": pl.Int64(),
+}

@@ -1,0 +1,73 @@
+"""The pipeline, one way: ingest -> events -> align -> rules -> verdict. Reporters take the Analysis it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from logscope import __version__
+from logscope.align import align
+from logscope.errors import InputError
+from logscope.events.catalogue import catalogue
+from logscope.events.extract import Extractor
+from logscope.ingest.read import Block, Reader
+from logscope.ingest.sources import discover
+from logscope.model import SCHEMA_ID, Analysis
+from logscope.rules.engine import evaluate
+from logscope.rules.loader import load_rules
+from logscope.verdict.decide import decide
+
+
+def analyze(
+    path: Path,
+    rules_dirs: Sequence[Path] = (),
+    follow_symlinks: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> Analysis:
+    """Analyse one run (a folder, a log file or an archive) and return its diagnosis and tables."""
+    rules = load_rules(list(rules_dirs))
+    inventory = discover(path, follow_symlinks=follow_symlinks)
+    reader = Reader(inventory)
+
+    def blocks() -> Block:  # type: ignore[misc]
+        for block in reader.blocks():
+            if progress is not None:
+                progress(len(block.text))
+            yield block
+
+    extraction = Extractor(catalogue()).run(blocks())
+    readable = [s for s, st in zip(reader.sources, reader.stats, strict=True) if st.error is None and not st.binary]
+    if not readable or all(st.lines == 0 and st.bytes == 0 for st in reader.stats):
+        detail = f" ({'; '.join(reader.notes[:3])})" if reader.notes else ""
+        if not reader.sources:
+            raise InputError(f"nothing that looks like a log under {path}{detail}")
+        raise InputError(f"no readable log lines in {path}{detail}")
+    aligned = align(extraction, reader.sources, reader.stats)
+    findings = evaluate(rules, aligned, str(path))
+    verdict, checklist = decide(findings, aligned, str(path))
+    diagnosis = {
+        "schema": SCHEMA_ID,
+        "logscope_version": __version__,
+        "input": str(path),
+        "job": {k: v for k, v in aligned.job.items() if k != "requested_world_size"},
+        "ranks": [_rank_json(r) for r in aligned.rank_rows()],
+        "findings": findings,
+        "verdict": verdict,
+        "checklist": checklist,
+        "notes": aligned.notes,
+        "sources": [
+            {"path": s.path, "role": s.role, "node": s.node, "attempt": s.attempt, "local_rank": s.local_rank,
+             "bytes": st.bytes, "lines": st.lines}
+            for s, st in zip(aligned.sources, aligned.stats, strict=True)
+        ],
+        "replay": None,
+    }
+    return Analysis(diagnosis=diagnosis, events=aligned.events, ranks=aligned.ranks, notes=aligned.notes)
+
+
+def _rank_json(row: dict[str, object]) -> dict[str, object]:
+    keys = ("rank", "node", "host", "local_rank", "attempt", "visible", "status", "exit_code", "signal", "phase",
+            "last_iteration", "last_seq_enqueued", "last_seq_completed", "device", "bus_id", "sources")
+    out = {k: row.get(k) for k in keys}
+    out["last_event"] = row.get("last_kind")
+    return out

@@ -1,0 +1,184 @@
+"""The command line: thin wiring from arguments to the pipeline and the reporters."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from logscope import __version__
+from logscope.errors import LogscopeError, OutputError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Post-mortem analysis of distributed training logs (torchrun, NCCL, gloo, Isaac Lab RL).",
+)
+rules_app = typer.Typer(no_args_is_help=True, help="List, show, lint and test the rules.")
+app.add_typer(rules_app, name="rules")
+
+SEVERITY_ORDER = {"info": 0, "note": 1, "warning": 2, "error": 3, "critical": 4}
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"logscope: {message}", err=True)
+    return typer.Exit(2)
+
+
+@app.command()
+def analyze(
+    path: Annotated[Path, typer.Argument(help="A torchrun --log_dir, a folder of node trees, a log file or an archive")],
+    fmt: Annotated[str | None, typer.Option("--format", "-f", help="text,json,html,sarif,github,junit (comma list)")] = None,
+    output: Annotated[list[str] | None, typer.Option("--output", "-o", help="Output file (format from extension) or folder")] = None,
+    rules: Annotated[list[Path] | None, typer.Option("--rules", help="Folder of extra rules (repeatable)")] = None,
+    fail_on: Annotated[str, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity")] = "error",
+    with_replay: Annotated[Path | None, typer.Option("--with-replay", help="Replay result JSON to embed")] = None,
+    follow_symlinks: Annotated[bool, typer.Option("--follow-symlinks", help="Follow symlinks inside the input")] = False,
+    allow_output_in_input: Annotated[bool, typer.Option("--allow-output-in-input", help="Allow writing outputs inside the input tree")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar")] = False,
+) -> None:
+    """Analyse a run's logs: one verdict, the culprit rank(s), the next debugging step."""
+    from logscope.analysis import analyze as run_analysis
+    from logscope.report import FORMATS, format_for_path, renderer
+    from logscope.report.write import plan_outputs, write_outputs
+
+    if fail_on not in SEVERITY_ORDER:
+        raise _fail(f"--fail-on must be one of {', '.join(SEVERITY_ORDER)}")
+    formats = [f.strip() for f in fmt.split(",") if f.strip()] if fmt else []
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise _fail(f"unknown format {', '.join(unknown)} (choose from {', '.join(FORMATS)})")
+    try:
+        plan = plan_outputs(path, formats, output or [], allow_output_in_input, format_for_path)
+        analysis = _run_with_progress(run_analysis, path, rules or [], follow_symlinks, quiet or bool(plan.stdout_format != "text"))
+        if with_replay is not None:
+            from logscope.replay.command import load_replay
+
+            analysis.diagnosis["replay"] = load_replay(with_replay)
+        write_outputs(plan, analysis, renderer)
+    except LogscopeError as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        typer.echo("logscope: interrupted", err=True)
+        raise typer.Exit(130) from None
+    threshold = SEVERITY_ORDER[fail_on]
+    failing = [f for f in analysis.diagnosis["findings"] if SEVERITY_ORDER[f["severity"]] >= threshold]
+    raise typer.Exit(1 if failing else 0)
+
+
+def _run_with_progress(run, path: Path, rules: list[Path], follow: bool, quiet: bool):  # type: ignore[no-untyped-def]
+    """A progress bar only on inputs big enough to take more than a second, and only on a terminal."""
+    total = _input_bytes(path)
+    if quiet or total < 64 << 20 or not sys.stderr.isatty():
+        return run(path, rules, follow)
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  transient=True) as bar:
+        task = bar.add_task("reading logs", total=total)
+        return run(path, rules, follow, progress=lambda n: bar.advance(task, n))
+
+
+def _input_bytes(path: Path) -> int:
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+    except OSError:
+        return 0
+
+
+@rules_app.command("list")
+def rules_list(rules: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rules folder")] = None) -> None:
+    """One line per rule: id, category, severity, title."""
+    from logscope.rules.loader import load_rules
+
+    try:
+        for rule in load_rules(rules or []):
+            typer.echo(f"{rule.id}  {rule.category:<20} {rule.severity:<8} {rule.title}")
+    except LogscopeError as exc:
+        raise _fail(str(exc)) from None
+
+
+@rules_app.command("show")
+def rules_show(rule_id: str, rules: Annotated[list[Path] | None, typer.Option("--rules")] = None) -> None:
+    """The rule's documentation: What it detects / Why it matters / Example."""
+    from logscope.rules.docs import rule_markdown
+    from logscope.rules.loader import load_rules
+
+    try:
+        found = [r for r in load_rules(rules or []) if r.id == rule_id.upper() or r.name == rule_id]
+    except LogscopeError as exc:
+        raise _fail(str(exc)) from None
+    if not found:
+        raise _fail(f"no rule {rule_id} (see `logscope rules list`)")
+    typer.echo(rule_markdown(found[0]))
+
+
+@rules_app.command("lint")
+def rules_lint(paths: Annotated[list[Path] | None, typer.Argument(help="Rule files or folders (default: built-in)")] = None) -> None:
+    """Validate rule files against the schema; exit 2 with file:line on the first problem of each file."""
+    from logscope.rules.loader import BUILTIN_RULES, parse_rule
+
+    files: list[Path] = []
+    for p in paths or [BUILTIN_RULES]:
+        files.extend(sorted(p.glob("*.y*ml")) if p.is_dir() else [p])
+    bad = 0
+    for f in files:
+        try:
+            parse_rule(f)
+        except LogscopeError as exc:
+            typer.echo(str(exc), err=True)
+            bad += 1
+    typer.echo(f"{len(files) - bad} rule(s) ok, {bad} with errors")
+    raise typer.Exit(2 if bad else 0)
+
+
+@rules_app.command("test")
+def rules_test(rules: Annotated[list[Path] | None, typer.Option("--rules")] = None) -> None:
+    """Run every rule's positive and negative cases (the same check as the test suite)."""
+    from logscope.rules.testing import run_rule_tests
+
+    try:
+        results = run_rule_tests(rules or [])
+    except LogscopeError as exc:
+        raise _fail(str(exc)) from None
+    failed = [r for r in results if not r.ok]
+    for r in results:
+        typer.echo(f"{'ok  ' if r.ok else 'FAIL'} {r.rule} {r.kind:<8} {r.path}" + (f"  ({r.why})" if not r.ok else ""))
+    typer.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
+def version() -> None:
+    """Print logscope's version."""
+    typer.echo(__version__)
+
+
+def _register_extra() -> None:
+    from logscope.compare.command import register as register_compare
+    from logscope.replay.command import register as register_replay
+
+    register_replay(app)
+    register_compare(app)
+
+
+def main() -> None:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        _register_extra()
+    except ImportError:
+        pass
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("logscope: interrupted", err=True)
+        sys.exit(130)
+    except OutputError as exc:
+        typer.echo(f"logscope: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,1 @@
+"""Events: the signature catalogue and the typed event table."""

@@ -1,0 +1,244 @@
+"""Turn blocks of log text into typed events: one prefilter scan in polars, then per-signature matching.
+
+Every line goes through one scan with the union of the catalogue's prefilters (polars, Rust regex: linear time,
+both cores). Only the lines it selects are normalised and matched against the signatures in Python.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+import regex
+
+from logscope.events.catalogue import Catalogue, Signature
+from logscope.events.table import EVENT_SCHEMA, PROMOTED_INT, PROMOTED_STR
+from logscope.ingest.normalise import normalise
+from logscope.ingest.read import Block
+from logscope.ingest.sources import Source
+
+BATCH_CHARS = 8 << 20
+MAX_TEXT = 2000
+CONTEXT = 2  # lines either side kept for warning/error events (evidence windows in reports)
+MAX_CONTEXT_PER_SOURCE = 400
+
+_KV = regex.compile(r"\b([A-Za-z_][\w.]*)=([^\s,;]+)")
+_EXC = regex.compile(r"^(?P<exc_type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): (?P<reason>.*)", regex.S)
+
+
+@dataclass
+class Extraction:
+    events: pl.DataFrame
+    contexts: dict[tuple[int, int], list[tuple[int, str]]]  # (sid, line) -> [(line, text)] around the event
+    notes: list[str] = field(default_factory=list)
+
+
+def _fields(sig: Signature, m: regex.Match[str], text: str) -> dict[str, Any]:
+    found = {k: v for k, v in m.groupdict().items() if v is not None}
+    # Alternatives of one signature name the same field `x`, `x2`, `x3` (a regex group name is unique).
+    for key in [k for k in found if k[-1].isdigit()]:
+        base = key.rstrip("0123456789")
+        value = found.pop(key)
+        found.setdefault(base, value)
+    if sig.kind == "config_values":
+        for key, value in _KV.findall(text):
+            found.setdefault(key, value.rstrip(".:"))
+    return found
+
+
+class Extractor:
+    def __init__(self, catalogue: Catalogue) -> None:
+        self.catalogue = catalogue
+        self.signatures = catalogue.signatures
+        self._rows: list[dict[str, Any]] = []
+        self._contexts: dict[tuple[int, int], list[tuple[int, str]]] = {}
+        self._context_count: Counter[int] = Counter()
+        self._kind_count: Counter[tuple[int, str]] = Counter()
+        self.notes: list[str] = []
+        self._hit_exprs = [
+            pl.when(pl.col("t").str.contains(sig.prefilter)).then(pl.lit(i, dtype=pl.Int32))
+            for i, sig in enumerate(self.signatures)
+        ]
+
+    def run(self, blocks: Iterable[Block]) -> Extraction:
+        batch: list[Block] = []
+        size = 0
+        for block in blocks:
+            if block.source.role == "error_json":
+                self._error_json(block)
+                continue
+            batch.append(block)
+            size += len(block.text)
+            if size >= BATCH_CHARS:
+                self._batch(batch)
+                batch, size = [], 0
+        if batch:
+            self._batch(batch)
+        events = pl.DataFrame(self._rows, schema=EVENT_SCHEMA, orient="row") if self._rows else pl.DataFrame(
+            schema=EVENT_SCHEMA
+        )
+        return Extraction(events, self._contexts, self.notes)
+
+    # -- one batch of blocks: the vectorised scan
+    def _batch(self, batch: list[Block]) -> None:
+        frame = (
+            pl.DataFrame({"b": pl.Series(range(len(batch)), dtype=pl.Int32), "t": [b.text for b in batch]})
+            .with_columns(pl.col("t").str.split("\n"))
+            .explode("t")
+            .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("b").alias("off"))
+            .with_row_index("row")
+        )
+        candidates = frame.filter(pl.col("t").str.contains(self.catalogue.union_prefilter)).with_columns(
+            pl.concat_list(self._hit_exprs).list.drop_nulls().alias("sigs")
+        )
+        if candidates.height == 0:
+            return
+        texts = frame["t"]
+        blocks = frame["b"]
+        for row, b, text, off, sigs in candidates.select("row", "b", "t", "off", "sigs").iter_rows():
+            block = batch[b]
+            line = block.first_line + off
+            if "\r" in text:
+                for segment in text.rstrip("\r").split("\r"):
+                    seg_sigs = [i for i in sigs if self.signatures[i].prefilter_re.search(segment)]
+                    if seg_sigs:
+                        self._match(block, line, segment, seg_sigs, texts, blocks, row)
+            else:
+                self._match(block, line, text, sigs, texts, blocks, row)
+
+    def _match(
+        self,
+        block: Block,
+        line_no: int,
+        raw: str,
+        sigs: list[int],
+        texts: pl.Series,
+        blocks: pl.Series,
+        row: int,
+    ) -> None:
+        line = normalise(raw)
+        text = line.text
+        wrapped: Signature | None = None
+        for i in sigs:
+            sig = self.signatures[i]
+            m = sig.pattern.search(text)
+            if m is None:
+                if sig.wrapped and wrapped is None:
+                    wrapped = sig
+                continue
+            self._emit(block, line_no, sig, m, line, texts, blocks, row)
+            return
+        if wrapped is not None and row + 1 < len(texts) and blocks[row + 1] == blocks[row]:
+            # Hard-wrapped message: the rest of it is on the next physical line.
+            joined = text + normalise(str(texts[row + 1])).text
+            m = wrapped.pattern.search(joined)
+            if m is not None:
+                line.text = joined
+                self._emit(block, line_no, wrapped, m, line, texts, blocks, row)
+
+    def _emit(
+        self,
+        block: Block,
+        line_no: int,
+        sig: Signature,
+        m: regex.Match[str],
+        line: Any,
+        texts: pl.Series,
+        blocks: pl.Series,
+        row: int,
+    ) -> None:
+        src = block.source
+        if sig.limit is not None:
+            key = (block.sid, sig.kind)
+            self._kind_count[key] += 1
+            if self._kind_count[key] > sig.limit:
+                return
+        fields = _fields(sig, m, line.text)
+        self._rows.append(self._row(block.sid, src, line_no, sig.kind, sig.level, sig.phase, line, fields))
+        if sig.level in ("warning", "error") and self._context_count[block.sid] < MAX_CONTEXT_PER_SOURCE:
+            self._context_count[block.sid] += 1
+            lo = max(0, row - CONTEXT)
+            window = []
+            for r in range(lo, min(len(texts), row + CONTEXT + 1)):
+                if blocks[r] == blocks[row]:
+                    window.append((line_no + (r - row), normalise(str(texts[r]).rstrip("\r")).text[:MAX_TEXT]))
+            self._contexts[(block.sid, line_no)] = window
+
+    @staticmethod
+    def _row(
+        sid: int,
+        src: Source,
+        line_no: int,
+        kind: str,
+        level: str,
+        phase: str | None,
+        line: Any,
+        fields: dict[str, Any],
+    ) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "sid": sid,
+            "source": src.path,
+            "line": line_no,
+            "rank": None,
+            "local_rank": src.local_rank,
+            "node": src.node,
+            "attempt": src.attempt,
+            "ts": line.ts,
+            "ts_text": line.ts_text,
+            "kind": kind,
+            "level": level,
+            "phase": phase,
+            "text": line.text[:MAX_TEXT],
+            "fields": json.dumps(fields, ensure_ascii=False) if fields else "{}",
+            "tee_lrank": line.tee_local_rank,
+            "grank": line.grank,
+        }
+        for name in PROMOTED_INT:
+            value = fields.get(name)
+            try:
+                row[name] = int(value) if value is not None else None
+            except ValueError:
+                row[name] = None
+        for name in PROMOTED_STR:
+            value = fields.get(name)
+            row[name] = str(value) if value is not None else None
+        return row
+
+    # -- error.json (torch_logs.md §2.2): both the nested and the "new" string message format
+    def _error_json(self, block: Block) -> None:
+        try:
+            data = json.loads(block.text)
+        except ValueError:
+            self.notes.append(f"{block.source.path}: error.json is not JSON, ignored")
+            return
+        if not isinstance(data, dict):
+            self.notes.append(f"{block.source.path}: error.json has no message object, ignored")
+            return
+        message = data.get("message")
+        fields: dict[str, Any] = {}
+        if isinstance(message, dict):
+            text = str(message.get("message", ""))
+            extra = message.get("extraInfo") or {}
+            if isinstance(extra, dict):
+                fields["timestamp"] = extra.get("timestamp")
+                stack = str(extra.get("py_callstack") or "").strip().splitlines()
+                if stack:
+                    fields["last_frame"] = stack[-1][:MAX_TEXT]
+            if "errorCode" in message:
+                fields["error_code"] = message.get("errorCode")
+        elif isinstance(message, str):
+            text = message
+            fields["timestamp"] = data.get("timestamp")
+        else:
+            self.notes.append(f"{block.source.path}: error.json has no message, ignored")
+            return
+        exc = _EXC.match(text)
+        if exc:
+            fields["exc_type"], fields["reason"] = exc["exc_type"], exc["reason"][:MAX_TEXT]
+        line = normalise(text.splitlines()[0] if text else "")
+        sig_level, sig_phase = "error", "fail"
+        self._rows.append(self._row(block.sid, block.source, 1, "error_file", sig_level, sig_phase, line, fields))

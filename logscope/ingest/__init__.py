@@ -1,0 +1,1 @@
+"""Ingest: find sources (trees, consoles, archives), read bytes in blocks, normalise lines."""

@@ -1,0 +1,144 @@
+"""Line normalisation: strip and record the stacked prefixes real logs carry (torch_logs.md §1.3, §7).
+
+A physical line can carry, left to right: a CI timestamp, a viewer line number, a Ray actor tag, torchrun's tee
+prefix `[default0]:`, the c10 `[rank0]:` prefix, and a logger header (c10 `[E709 17:05:38.162555850 file.cpp:N]`,
+glog, Python logging, Kit). Every pattern here is anchored and free of nested quantifiers, so matching is linear.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from dataclasses import dataclass
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+_CI_TS = re.compile(r"\[?(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)\]? ")
+_VIEWER_NO = re.compile(r" {0,7}\d{1,7}(?:\t| ?[|│] ?)")
+_RAY = re.compile(r"\((?P<actor>[A-Za-z_]\w*(?: pid=\d+)(?:, ip=[\w.:]+)?)\) ")
+_TEE = re.compile(r"\[(?!rank\d+\]:)(?P<role>[A-Za-z_][\w.-]*?)(?P<lrank>\d+)\]:")
+_GRANK = re.compile(r"\[rank(?P<grank>\d+)\]: ?")
+_C10 = re.compile(
+    r"\[(?P<sev>[FEWIV])(?:(?P<mmdd>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.\d{6,9})? [\w.+-]+\.(?:cpp|hpp|h|cc):\d+\] "
+)
+_GLOG = re.compile(r"(?P<sev>[DIWEC])(?P<mmdd>\d{4}) (?P<hms>\d\d:\d\d:\d\d)\.\d{6} \d+ \S+?:\d+\] ?")
+_PY_BRACKET = re.compile(
+    r"\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3}\] [\w.]+: \[(?P<lvl>[A-Z]+)\] "
+)
+_PY_HYDRA = re.compile(r"\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3}\]\[[^\]]+\]\[(?P<lvl>[A-Z]+)\] - ")
+_PY_BASIC = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?:torch|[a-z_][\w]*)(?:\.[\w]+)*:")
+_PY_19 = re.compile(r"\[(?P<lvl>[A-Z]+)\] (?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3} \w+: ")
+_KIT = re.compile(
+    r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)Z? \[[\d,]+ms\] \[(?P<lvl>Warning|Error|Info|Verbose|Fatal)\] "
+    r"\[[^\]]+\] "
+)
+_KIT_UPTIME = re.compile(r"\[\d+\.\d+s\] ")
+_PY_GENERIC = re.compile(
+    r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[,.]\d+)? (?:\[(?P<lvl>[A-Z]+)\]|(?P<lvl2>[A-Z]{4,8})|"
+    r"- [\w.]+ - (?P<lvl3>[A-Z]+) -) "
+)
+
+_SEVERITY = {"F": "error", "E": "error", "C": "error", "W": "warning", "I": "info", "V": "info", "D": "info"}
+_LEVEL_WORD = {
+    "DEBUG": "info",
+    "INFO": "info",
+    "WARNING": "warning",
+    "WARN": "warning",
+    "ERROR": "error",
+    "CRITICAL": "error",
+    "FATAL": "error",
+    "Info": "info",
+    "Verbose": "info",
+    "Warning": "warning",
+    "Error": "error",
+    "Fatal": "error",
+}
+
+
+@dataclass(slots=True)
+class Line:
+    """A line with its prefixes stripped, and what they said."""
+
+    text: str
+    prefixes: tuple[str, ...] = ()
+    tee_role: str | None = None
+    tee_local_rank: int | None = None
+    grank: int | None = None
+    actor: str | None = None
+    level: str | None = None
+    ts_text: str | None = None
+    ts: float | None = None  # epoch seconds, only when the stamp has a full date (read as UTC)
+
+
+def _epoch(date: str, hms: str) -> float | None:
+    try:
+        year, month, day = (int(x) for x in date.split("-"))
+        hour, minute, second = (int(x) for x in hms.split(":"))
+        return float(calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)))
+    except (ValueError, OverflowError):
+        return None
+
+
+def normalise(raw: str) -> Line:
+    """Strip ANSI colours and every stacked prefix from one logical line (no `\\n`, no `\\r`)."""
+    text = ANSI.sub("", raw) if "\x1b" in raw else raw
+    line = Line(text=text)
+    prefixes: list[str] = []
+    for _ in range(10):
+        m = None
+        if text.startswith("["):
+            if (m := _TEE.match(text)) is not None and line.tee_local_rank is None:
+                line.tee_role, line.tee_local_rank = m["role"], int(m["lrank"])
+                prefixes.append("tee")
+            elif (m := _GRANK.match(text)) is not None:
+                line.grank = int(m["grank"])
+                prefixes.append("rank")
+            elif (m := _C10.match(text)) is not None:
+                line.level = _SEVERITY[m["sev"]]
+                if m["mmdd"]:
+                    line.ts_text = f"{m['mmdd']} {m['hms']}"
+                prefixes.append("c10")
+            elif (m := _PY_BRACKET.match(text)) is not None or (m := _PY_HYDRA.match(text)) is not None:
+                line.level = _LEVEL_WORD.get(m["lvl"], line.level)
+                line.ts_text, line.ts = f"{m['date']} {m['hms']}", _epoch(m["date"], m["hms"])
+                prefixes.append("logging")
+            elif (m := _PY_19.match(text)) is not None:
+                line.level = _LEVEL_WORD.get(m["lvl"], line.level)
+                line.ts_text, line.ts = f"{m['date']} {m['hms']}", _epoch(m["date"], m["hms"])
+                prefixes.append("logging")
+            elif (m := _CI_TS.match(text)) is not None:
+                line.ts_text = m["ts"]
+                line.ts = _epoch(m["ts"][:10], m["ts"][11:19])
+                prefixes.append("ci_timestamp")
+            elif (m := _KIT_UPTIME.match(text)) is not None:
+                prefixes.append("kit_uptime")
+        elif text.startswith("("):
+            if (m := _RAY.match(text)) is not None:
+                line.actor = m["actor"]
+                prefixes.append("ray")
+        elif text[:1].isdigit():
+            if (m := _KIT.match(text)) is not None or (m := _PY_GENERIC.match(text)) is not None:
+                lvl = m["lvl"] or m.groupdict().get("lvl2") or m.groupdict().get("lvl3")
+                line.level = _LEVEL_WORD.get(lvl or "", line.level)
+                line.ts_text, line.ts = f"{m['date']} {m['hms']}", _epoch(m["date"], m["hms"])
+                prefixes.append("kit" if m.re is _KIT else "logging")
+            elif (m := _CI_TS.match(text)) is not None:
+                line.ts_text = m["ts"]
+                line.ts = _epoch(m["ts"][:10], m["ts"][11:19])
+                prefixes.append("ci_timestamp")
+        elif text[:1] in "DIWEC" and (m := _GLOG.match(text)) is not None:
+            line.level = _SEVERITY[m["sev"]]
+            line.ts_text = f"{m['mmdd']} {m['hms']}"
+            prefixes.append("glog")
+        elif text.startswith(("DEBUG:", "INFO:", "WARNING:", "ERROR:", "CRITICAL:")):
+            if (m := _PY_BASIC.match(text)) is not None:
+                line.level = _LEVEL_WORD[m["lvl"]]
+                prefixes.append("logging")
+        elif text[:1] == " " and (m := _VIEWER_NO.match(text)) is not None and not prefixes:
+            prefixes.append("viewer_line_number")
+        if m is None:
+            break
+        text = text[m.end() :]
+    line.text = text
+    line.prefixes = tuple(prefixes)
+    return line

@@ -1,0 +1,179 @@
+"""Find the log sources under an input: torchrun trees, consoles, single files and archives (read in place)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import stat
+import tarfile
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from logscope.errors import InputError
+
+# <run_id>_<rand>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}  (torch_logs.md §1.2)
+_RANK_FILE = re.compile(r"(?:^|/)attempt_(?P<attempt>\d+)/(?P<lrank>\d+)/(?P<name>stdout\.log|stderr\.log|error\.json)$")
+_LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr", ".console")
+_ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar", ".gz")
+_NOT_LOGS = {"label.yaml", "scenario.yaml"}
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file (or archive member) that may hold log lines."""
+
+    path: str  # as shown to the user: relative to the input, archive members as "a.zip!member"
+    role: str  # stdout | stderr | error_json | console
+    size: int | None
+    node: str | None = None  # the torchrun run folder (one per agent, i.e. per node) for per-rank files
+    attempt: int | None = None
+    local_rank: int | None = None
+
+
+@dataclass
+class Inventory:
+    """What discovery found: readable sources (in order) and notes on what was skipped or unreadable."""
+
+    root: Path
+    sources: list[tuple[Source, Callable[[], BinaryIO]]] = field(default_factory=list)
+    tar_archives: list[tuple[Path, str]] = field(default_factory=list)  # streamed member by member when read
+    notes: list[str] = field(default_factory=list)
+
+
+def classify(member: str, size: int | None, prefix: str = "") -> Source | None:
+    """The Source for a path inside the input, or None when it is not a log."""
+    member = member.replace("\\", "/")
+    name = member.rsplit("/", 1)[-1]
+    shown = prefix + member
+    m = _RANK_FILE.search(member)
+    if m:
+        run_dir = member[: m.start()].strip("/") or "."
+        role = {"stdout.log": "stdout", "stderr.log": "stderr", "error.json": "error_json"}[m["name"]]
+        return Source(shown, role, size, prefix + run_dir, int(m["attempt"]), int(m["lrank"]))
+    if name in _NOT_LOGS or name.startswith("."):
+        return None
+    lower = name.lower()
+    if lower.endswith(_LOG_SUFFIXES) or "." not in name:
+        return Source(shown, "console", size)
+    return None
+
+
+def _is_archive(path: str) -> bool:
+    return path.lower().endswith(_ARCHIVE_SUFFIXES)
+
+
+def _zip_opener(archive: Path, name: str) -> Callable[[], BinaryIO]:
+    def open_member() -> BinaryIO:
+        zf = zipfile.ZipFile(archive)
+        handle = zf.open(name)
+        return handle
+
+    return open_member
+
+
+def _add_archive(inv: Inventory, path: Path, shown: str) -> None:
+    lower = path.name.lower()
+    prefix = shown + "!"
+    try:
+        if lower.endswith(".zip"):
+            with zipfile.ZipFile(path) as zf:
+                for info in zf.infolist():
+                    if info.is_dir():
+                        continue
+                    src = classify(info.filename, info.file_size, prefix)
+                    if src is not None:
+                        inv.sources.append((src, _zip_opener(path, info.filename)))
+        elif lower.endswith((".tar.gz", ".tgz", ".tar")):
+            inv.tar_archives.append((path, prefix))
+        elif lower.endswith(".gz"):
+            inner = path.name[:-3]
+            src = classify(inner, None, prefix) or Source(prefix + inner, "console", None)
+            inv.sources.append((src, lambda p=path: gzip.open(p, "rb")))  # type: ignore[misc]
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        inv.notes.append(f"{shown}: not a readable archive ({exc})")
+
+
+def iter_tar(archive: Path, prefix: str, notes: list[str]) -> Iterator[tuple[Source, BinaryIO]]:
+    """Tar members in archive order, streamed (a .tar.gz cannot be read out of order cheaply)."""
+    try:
+        with tarfile.open(archive, mode="r|*") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                src = classify(member.name, member.size, prefix)
+                if src is None:
+                    continue
+                handle = tar.extractfile(member)
+                if handle is not None:
+                    yield src, handle
+    except (tarfile.TarError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        notes.append(f"{prefix.rstrip('!')}: archive truncated or corrupt ({exc}); read what came before")
+
+
+def discover(path: Path, follow_symlinks: bool = False) -> Inventory:
+    """Walk `path` (a folder, a file or an archive) without modifying anything."""
+    if not os.path.lexists(path):
+        raise InputError(f"no such file or folder: {path}")
+    inv = Inventory(root=path)
+    if path.is_file():
+        shown = path.name
+        if _is_archive(shown):
+            _add_archive(inv, path, shown)
+        else:
+            src = classify(str(path).replace(os.sep, "/"), path.stat().st_size) or Source(
+                shown, "console", path.stat().st_size
+            )
+            if src.role == "console":
+                src = Source(shown, "console", src.size)
+            inv.sources.append((src, lambda: open(path, "rb")))
+        return inv
+    if not path.is_dir():
+        raise InputError(f"not a file or folder: {path}")
+    seen_dirs: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=follow_symlinks, onerror=None):
+        here = Path(dirpath)
+        try:
+            st = here.stat()
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen_dirs:  # a symlink loop when following links
+            inv.notes.append(f"{here.relative_to(path)}: symlink loop, not followed again")
+            dirnames[:] = []
+            continue
+        seen_dirs.add(key)
+        dirnames.sort()
+        if not follow_symlinks:
+            for d in list(dirnames):
+                if (here / d).is_symlink():
+                    inv.notes.append(f"{(here / d).relative_to(path)}: symlinked folder not followed")
+                    dirnames.remove(d)
+        for name in sorted(filenames):
+            full = here / name
+            rel = full.relative_to(path).as_posix()
+            try:
+                lst = full.lstat()
+            except OSError as exc:
+                inv.notes.append(f"{rel}: cannot stat ({exc.strerror})")
+                continue
+            if stat.S_ISLNK(lst.st_mode) and not follow_symlinks:
+                inv.notes.append(f"{rel}: symlink not followed (use --follow-symlinks)")
+                continue
+            try:
+                st_full = full.stat()
+            except OSError as exc:
+                inv.notes.append(f"{rel}: broken link or unreadable ({exc.strerror})")
+                continue
+            if not stat.S_ISREG(st_full.st_mode):
+                continue
+            if _is_archive(name):
+                _add_archive(inv, full, rel)
+                continue
+            src = classify(rel, st_full.st_size)
+            if src is not None:
+                inv.sources.append((src, lambda f=full: open(f, "rb")))  # type: ignore[misc]
+    return inv

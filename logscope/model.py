@@ -1,0 +1,41 @@
+"""What one analysis produces: the diagnosis (the JSON contract) plus the tables behind it, for the reporters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+SCHEMA_ID = "logscope/diagnosis/v1"
+
+CATEGORIES = (
+    "collective_timeout",
+    "collective_mismatch",
+    "config_disagreement",
+    "missing_sync",
+    "comm_error",
+    "rendezvous_failure",
+    "crash",
+    "oom",
+    "stall",
+    "single_rank",
+    "healthy",
+)
+
+SEVERITIES = ("info", "note", "warning", "error", "critical")
+
+
+@dataclass
+class Analysis:
+    """Result of `logscope.analysis.analyze`.
+
+    diagnosis: the `logscope/diagnosis/v1` document (docs/schema/diagnosis-v1.json), JSON-ready.
+    events:    the aligned event table (`logscope.events.table.EVENT_SCHEMA` columns), one row per recognised line.
+    ranks:     one row per rank (the same facts as diagnosis["ranks"], as a polars table).
+    """
+
+    diagnosis: dict[str, Any]
+    events: pl.DataFrame
+    ranks: pl.DataFrame
+    notes: list[str] = field(default_factory=list)

@@ -1,0 +1,69 @@
+"""The terminal summary: verdict, culprit, next step, then one line per rank."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from logscope.model import Analysis
+
+_COLOUR = {"healthy": "green", "single_rank": "yellow", "stall": "yellow"}
+_STATUS = {"pass": "[green]pass[/]", "fail": "[red]fail[/]", "unknown": "[dim]unknown[/]"}
+
+
+def render(analysis: Analysis, width: int = 110, color: bool = False) -> str:
+    d = analysis.diagnosis
+    v = d["verdict"]
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+                      highlight=False)
+    colour = _COLOUR.get(v["category"], "red")
+    culprit = ", ".join(map(str, v["culprit_ranks"])) or "—"
+    console.print(f"[bold {colour}]{v['category']}[/]  culprit rank(s): [bold]{culprit}[/]  "
+                  f"confidence {v['confidence']:.2f}")
+    console.print(escape(v["summary"]))
+    step = v["next_step"]
+    console.print(f"\n[bold]Next step {step['id']}[/] — {escape(step['title'])}")
+    if step.get("detail"):
+        console.print(f"  {escape(step['detail'])}")
+    if step.get("command"):
+        console.print(f"  $ {escape(step['command'])}")
+    job = d["job"]
+    console.print(
+        f"\njob: world size {job['world_size'] or '?'}, {job['nnodes'] or '?'} node(s), {job['attempts']} attempt(s), "
+        f"backend {job['backend'] or '?'}, framework {job['framework'] or '?'}"
+        + (f", torch {job['torch_version']}" if job["torch_version"] else "")
+        + (f", NCCL {job['nccl_version']}" if job["nccl_version"] else "")
+    )
+    if d["ranks"]:
+        table = Table(box=None, pad_edge=False, show_edge=False)
+        for col in ("rank", "node", "local", "status", "exit", "phase", "iter", "seq enq/done", "last event"):
+            table.add_column(col)
+        shown = d["ranks"][:64]
+        for r in shown:
+            table.add_row(
+                str(r["rank"]), escape(str(r["node"] or "")), str(r["local_rank"] if r["local_rank"] is not None else ""),
+                r["status"], "" if r["exit_code"] is None else str(r["exit_code"]) + (f" {r['signal']}" if r["signal"] else ""),
+                str(r["phase"] or ""), "" if r["last_iteration"] is None else str(r["last_iteration"]),
+                f"{'' if r['last_seq_enqueued'] is None else r['last_seq_enqueued']}/"
+                f"{'' if r['last_seq_completed'] is None else r['last_seq_completed']}",
+                escape(str(r.get("last_event") or "")),
+            )
+        console.print(table)
+        if len(d["ranks"]) > len(shown):
+            console.print(f"… {len(d['ranks']) - len(shown)} more ranks (see --format json or html)")
+    if d["findings"]:
+        console.print("\n[bold]findings[/]")
+        for f in d["findings"]:
+            console.print(f"  [{'red' if f['severity'] in ('error', 'critical') else 'yellow'}]{f['severity']:<8}[/] "
+                          f"{f['rule']} {escape(f['title'])} (ranks {', '.join(map(str, f['ranks'])) or '?'})")
+            if f["evidence"]:
+                ev = f["evidence"][0]
+                console.print(f"           {escape(ev['path'])}:{ev['line']}: {escape(ev['text'][:150])}")
+    console.print("\n[bold]checklist[/]  " + "  ".join(f"{c['id']} {_STATUS[c['status']]}" for c in d["checklist"]))
+    for note in d.get("notes", [])[:10]:
+        console.print(f"[dim]note: {escape(note)}[/]")
+    return buf.getvalue()

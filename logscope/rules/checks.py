@@ -1,0 +1,288 @@
+"""Checks that YAML cannot express, registered by name; each is still declared by a rule file in rules/."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from logscope.events.catalogue import catalogue
+from logscope.rules.engine import PHASE_ORDER, Context, Hit
+from logscope.rules.loader import Rule
+
+CheckFn = Callable[[Rule, Context, list[dict[str, Any]], dict[str, Any]], Hit | None]
+CHECKS: dict[str, CheckFn] = {}
+
+# Events that say "communication failed here": a crash on a rank that shows one of these is its consequence.
+COMM_KINDS = {
+    "nccl_watchdog_timeout", "nccl_blocking_wait_timeout", "nccl_pg_status", "nccl_comm_aborted", "nccl_error",
+    "nccl_result", "nccl_async_exception", "nccl_heartbeat_stuck", "nccl_watchdog_terminated", "gloo_timeout",
+    "gloo_peer_closed", "gloo_peer_reset", "gloo_size_mismatch", "gloo_connect_failed", "monitored_barrier_failed",
+    "collective_mismatch_detail", "desync_report", "store_timeout", "store_clients_timeout", "nccl_peer_closed",
+    "nccl_uniqueid_store_error", "nccl_ib_completion_error", "nccl_duplicate_gpu", "cuda_illegal_access",
+}
+NOT_A_CAUSE_EXC = ("DistBackendError", "DistStoreError", "DistNetworkError", "ChildFailedError", "KeyboardInterrupt")
+
+
+def check(name: str) -> Callable[[CheckFn], CheckFn]:
+    def register(fn: CheckFn) -> CheckFn:
+        CHECKS[name] = fn
+        return fn
+
+    return register
+
+
+def _message_kind(text: str) -> str | None:
+    """Which signature an error message (error.json, exception text) belongs to."""
+    for sig in catalogue().signatures:
+        if sig.kind in ("python_exception", "traceback_start") or not sig.prefilter_re.search(text):
+            continue
+        if sig.pattern.search(text):
+            return sig.kind
+    return None
+
+
+def _comm_ranks(ctx: Context) -> set[int]:
+    return {e["rank"] for e in ctx.rows if e["kind"] in COMM_KINDS and e["rank"] is not None}
+
+
+@check("root_cause_crash")
+def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """A rank that failed by its own fault (exception, signal, segfault), not as a consequence of a peer.
+
+    torchrun's "Root Cause (first observed failure)" is the earliest *observed* failure; a rank SIGTERMed by
+    torchrun because a peer died is never the culprit, and a rank whose failure is a communication error is a
+    victim of the rank it was talking to.
+    """
+    comm = _comm_ranks(ctx)
+    causes: list[dict[str, Any]] = []
+    for e in events:
+        kind, rank, f = e["kind"], e["rank"], e["_f"]
+        if kind == "child_failure":
+            code = e["exitcode"]
+            if code is None or code == 0 or code == -15:
+                continue
+            if rank in comm or (code == -6 and rank in comm):
+                continue
+            if any(x["kind"] in ("python_exception", "error_file", "segfault", "fatal_python_error")
+                   and x["rank"] == rank for x in causes):
+                continue
+        elif kind in ("python_exception", "error_file"):
+            exc = str(f.get("exc_type") or "")
+            if exc.endswith(NOT_A_CAUSE_EXC):
+                continue
+            if kind == "error_file" and _message_kind(e["text"]) in COMM_KINDS:
+                continue
+            if rank is not None and rank in comm and kind == "error_file":
+                continue
+        elif kind == "fatal_python_error" and rank in comm:
+            continue
+        causes.append(e)
+    if not causes:
+        return None
+    # One cause per rank: prefer the event that says most (exception text over an exit code).
+    order = {"python_exception": 0, "error_file": 1, "rl_nan": 0, "segfault": 2, "fatal_python_error": 3,
+             "argparse_error": 0, "hydra_job_error": 4, "child_failure": 5}
+    best: dict[Any, dict[str, Any]] = {}
+    for e in causes:
+        key = e["rank"]
+        if key not in best or order.get(e["kind"], 9) < order.get(best[key]["kind"], 9):
+            best[key] = e
+    ranked = sorted((r for r in best if r is not None))
+    final = ctx.final_attempt
+    recovered = bool(causes) and all((e["attempt"] or 0) < final for e in causes) and ctx.job.get("exit_code") != 1
+    culprits = _first_in_cause(ctx, {r: best[r] for r in ranked}) if ranked else []
+    evidence = [best[r] for r in culprits] + [e for e in causes if e["rank"] not in culprits]
+    what = ", ".join(
+        f"rank {r}: {_describe(best[r])}" for r in (culprits or ranked)
+    ) or _describe(causes[0])
+    hit = Hit(evidence, set(ranked), culprits=culprits,
+              values={"what": what, "recovered": " The elastic restart recovered: the final attempt finished."
+                      if recovered else "", "attempt": (best[culprits[0]]["attempt"] if culprits else None) or 0})
+    if recovered:
+        hit.severity = "warning"
+    return hit
+
+
+def _describe(e: dict[str, Any]) -> str:
+    f = e["_f"]
+    if e["kind"] == "child_failure":
+        code = e["exitcode"]
+        from logscope.align.align import signal_name
+
+        sig = signal_name(code)
+        return f"exit code {code}" + (f" ({sig})" if sig else "") + (
+            " — SIGKILL with no traceback is usually the host OOM killer or a manual kill" if code == -9 else "")
+    if e["kind"] in ("python_exception", "error_file"):
+        return f"{f.get('exc_type') or 'exception'}: {str(f.get('reason') or e['text'])[:160]}"
+    return e["text"][:160]
+
+
+def _first_in_cause(ctx: Context, best: dict[int, dict[str, Any]]) -> list[int]:
+    """Among ranks that failed by their own fault, the first in time; ties stay together."""
+    if len(best) == 1:
+        return list(best)
+    times: dict[int, float] = {}
+    for rank, e in best.items():
+        ts = e["_f"].get("timestamp") if e["kind"] == "error_file" else None
+        if ts is not None and str(ts).isdigit():
+            times[rank] = float(ts)
+        elif e["ts"] is not None:
+            times[rank] = e["ts"]
+    if len(times) == len(best):
+        first = min(times.values())
+        return sorted(r for r, t in times.items() if t - first < 1.0)
+    own = [r for r, e in best.items() if e["kind"] != "child_failure"]
+    return sorted(own or best)
+
+
+@check("peer_connection_lost")
+def peer_connection_lost(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """A rank lost its connection to a peer: the peer that went away first is the culprit, not the reporter."""
+    if not events:
+        return None
+    reporters = {e["rank"] for e in events if e["rank"] is not None}
+    culprits: list[int] = []
+    named = [int(e["_f"]["peer_rank"]) for e in ctx.by_kind.get("p2p_call", []) if e["_f"].get("peer_rank")]
+    if named:
+        culprits = sorted(set(named) - reporters) or sorted(set(named))
+    elif reporters:
+        peers = ctx.visible - reporters
+        world = ctx.job.get("world_size")
+        if peers:
+            culprits = sorted(peers)
+        elif world == 2 and len(reporters) == 1:
+            culprits = [1 - next(iter(reporters))]
+    return Hit(events, reporters, culprits=culprits,
+               values={"reporters": sorted(reporters) or "unknown"})
+
+
+@check("single_rank")
+def single_rank(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """The job ran one rank: world size 1 reported where more were launched or asked for, or by a distributed job."""
+    sizes = [(e, int(str(ctx.field(e, "world_size")))) for e in events
+             if str(ctx.field(e, "world_size") or "").isdigit()]
+    if not sizes or any(ws > 1 for _, ws in sizes):
+        return None
+    streams = {(e["sid"], e["tee_lrank"], e["local_rank"]) for e, _ in sizes}
+    requested = ctx.job.get("requested_world_size")
+    evidence = [e for e, _ in sizes][:4]
+    if len(streams) > 1:
+        return Hit(evidence, {e["rank"] for e, _ in sizes if e["rank"] is not None}, culprits=[],
+                   values={"why_one": f"{len(streams)} processes each report world_size=1: none of them joined "
+                                      "the others"})
+    if requested and requested > 1:
+        return Hit(evidence, {0}, culprits=[],
+                   values={"why_one": f"torchrun was asked for {requested} processes but the job saw world_size=1"})
+    distributed = any(ctx.by_kind.get(k) for k in ("pg_initialized", "sync_start", "pg_nccl_options",
+                                                   "rank_identity", "nccl_comm_init"))
+    if not distributed:
+        return None
+    hit = Hit(evidence, {0}, culprits=[],
+              values={"why_one": "the distributed job (process group, parameter broadcast) ran with world_size=1"})
+    hit.severity = "warning"
+    return hit
+
+
+@check("stall")
+def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """Progress stopped with no error before the end of the logs: a hang the user (or the scheduler) killed."""
+    if ctx.job.get("exit_code") == 0 or any(e["level"] == "error" for e in ctx.rows):
+        return None
+    progress = [e for e in ctx.rows if e["phase"] in ("train", "sync") and e["level"] != "benign"]
+    if not progress:
+        return None
+    ended = {r for r, info in ctx.ranks.items() if info.get("phase") == "end"}
+    if ended and ended >= ctx.visible:
+        return None
+    last_it = {r: info["last_iteration"] for r, info in ctx.ranks.items() if info.get("last_iteration") is not None}
+    culprits: list[int] = []
+    last = progress[-1]
+    behind = sorted(r for r in ctx.visible if PHASE_ORDER.get(ctx.ranks[r].get("phase") or "", -1)
+                    < max(PHASE_ORDER.get(ctx.ranks[v].get("phase") or "", -1) for v in ctx.visible))
+    if behind and len(behind) < len(ctx.visible):
+        culprits = behind
+    it_text = ", ".join(f"rank {r}: {i}" for r, i in sorted(last_it.items())) or "none printed"
+    return Hit([last], set(ctx.visible), culprits=culprits,
+               values={"last_iterations": it_text, "last_line": last["text"]},
+               confidence_factor=0.9 if not ctx.hidden else 0.7)
+
+
+@check("duplicate_device")
+def duplicate_device(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """Two ranks on the same CUDA device or busId (the Isaac Lab mistake of not using cuda:<local_rank>)."""
+    by_device: dict[tuple[str | None, str], set[int]] = {}
+    rows: dict[tuple[str | None, str], list[dict[str, Any]]] = {}
+    for e in events:
+        if e["rank"] is None:
+            continue
+        f = e["_f"]
+        if e["kind"] == "nccl_comm_init":
+            if str(f.get("state", "")).startswith("Init") and f.get("bus_id"):
+                key = (f.get("host"), f"busId {f['bus_id']}")
+            else:
+                continue
+        else:
+            device = f.get("device")
+            if not device or not str(device).startswith("cuda"):
+                continue
+            key = (e["node"] or ctx.ranks.get(e["rank"], {}).get("host"), str(device))
+        by_device.setdefault(key, set()).add(e["rank"])
+        rows.setdefault(key, []).append(e)
+    shared = {k: v for k, v in by_device.items() if len(v) > 1}
+    if not shared:
+        return None
+    ranks = sorted(set().union(*shared.values()))
+    text = "; ".join(f"ranks {', '.join(map(str, sorted(v)))} on {k[1]}" for k, v in shared.items())
+    return Hit([e for k in shared for e in rows[k]], set(ranks), culprits=ranks, values={"shared": text})
+
+
+@check("lagging_other_collective")
+def lagging_other_collective(
+    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
+) -> Hit | None:
+    """Timed-out collectives differ in SeqNum *and* op across ranks: the rank in the earlier one is stuck."""
+    pending: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if e["rank"] is None or e["seq"] is None or (e["pg"] or "0") != "0":
+            continue
+        if e["rank"] not in pending or e["seq"] < pending[e["rank"]]["seq"]:
+            pending[e["rank"]] = e
+    if len(pending) < 2:
+        return None
+    low = min(e["seq"] for e in pending.values())
+    high = max(e["seq"] for e in pending.values())
+    low_ops = {e["op"] for e in pending.values() if e["seq"] == low}
+    high_ops = {e["op"] for e in pending.values() if e["seq"] == high}
+    if low == high or low_ops & high_ops:
+        return None
+    laggards = sorted(r for r, e in pending.items() if e["seq"] == low)
+    ahead = sorted(r for r, e in pending.items() if e["seq"] != low)
+    return Hit(sorted(pending.values(), key=lambda e: e["seq"]), set(pending), culprits=laggards,
+               values={"low_seq": low, "high_seq": high, "low_op": "/".join(sorted(low_ops)),
+                       "high_op": "/".join(sorted(high_ops)), "ahead": ahead})
+
+
+@check("detail_mismatch")
+def detail_mismatch(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """ProcessGroupWrapper's fingerprint mismatch: blame the rank that broke its own collective pattern."""
+    if not events:
+        return None
+    e = events[0]
+    f = e["_f"]
+    sigs = {int(f["rank_a"]): (f.get("op"), f.get("shape")), int(f["rank_b"]): (f.get("op_b"), f.get("shape_b"))}
+    for other in events[1:]:
+        g = other["_f"]
+        sigs.setdefault(int(g["rank_a"]), (g.get("op"), g.get("shape")))
+        sigs.setdefault(int(g["rank_b"]), (g.get("op_b"), g.get("shape_b")))
+    culprits: list[int] = []
+    if len(sigs) >= 3:
+        common = max(set(sigs.values()), key=list(sigs.values()).count)
+        culprits = sorted(r for r, s in sigs.items() if s != common)
+    else:
+        for rank, (op, _) in sigs.items():
+            ops = [x["op"] for x in ctx.by_rank.get(rank, [])
+                   if x["kind"] == "collective_fingerprint" and x["phase"] == "train" and x["seq"] != e["seq"]]
+            if ops and op not in ops:
+                culprits.append(rank)
+    per_rank = ", ".join(f"rank {r}: {s[0]} [{s[1] or ''}]" for r, s in sorted(sigs.items()))
+    return Hit(events, set(sigs), culprits=sorted(culprits), values={"seq": f.get("seq"), "per_rank": per_rank})

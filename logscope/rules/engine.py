@@ -1,0 +1,451 @@
+"""The rule engine: evaluate declarative YAML rules over the aligned event table, producing findings.
+
+A rule selects evidence events (`match`: kinds + field conditions), decides whether they amount to a finding
+(`condition`), and names the culprit ranks (`culprit`). Conditions and culprit strategies are the primitives below;
+logic YAML cannot express lives in `checks.py`, registered by name and still declared by a rule file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from logscope.align.model import Aligned
+from logscope.rules.loader import Rule
+
+PHASE_ORDER = {"launch": 0, "init": 1, "sync": 2, "train": 3, "end": 4, "fail": 5}
+MAX_EVIDENCE = 12
+REGEX_TIMEOUT_S = 0.05  # user regexes run with a timeout: catastrophic backtracking cannot hang the run
+
+
+@dataclass
+class Hit:
+    """What a condition found: evidence events, the ranks involved, and values for the message."""
+
+    events: list[dict[str, Any]]
+    ranks: set[int] = field(default_factory=set)
+    culprits: list[int] | None = None  # set by conditions that know the culprit themselves
+    values: dict[str, Any] = field(default_factory=dict)
+    confidence_factor: float = 1.0
+    severity: str | None = None
+
+
+class Context:
+    """The aligned run, indexed for the conditions."""
+
+    def __init__(self, aligned: Aligned) -> None:
+        self.aligned = aligned
+        self.job = aligned.job
+        self.rows: list[dict[str, Any]] = aligned.events.to_dicts()
+        for row in self.rows:
+            row["_f"] = json.loads(row["fields"]) if row["fields"] else {}
+        self.by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for row in self.rows:
+            self.by_kind[row["kind"]].append(row)
+            if row["rank"] is not None:
+                self.by_rank[row["rank"]].append(row)
+        self.ranks: dict[int, dict[str, Any]] = {r["rank"]: r for r in aligned.rank_rows()}
+        self.visible = {r for r, info in self.ranks.items() if info["status"] == "visible"}
+        self.hidden = {r for r, info in self.ranks.items() if info["status"] == "hidden"}
+        self.final_attempt = max((r["attempt"] for r in self.rows if r["attempt"] is not None), default=0)
+
+    def field(self, row: dict[str, Any], name: str) -> Any:
+        if name in row and name not in ("fields", "_f") and row[name] is not None:
+            return row[name]
+        return row["_f"].get(name)
+
+    def reached(self, rank: int, phase: str) -> bool:
+        want = PHASE_ORDER[phase]
+        return any(
+            PHASE_ORDER.get(r["phase"], -1) >= want and r["level"] != "benign" and r["phase"] != "fail"
+            for r in self.by_rank.get(rank, [])
+        )
+
+
+def _where_ok(rule: Rule, ctx: Context, row: dict[str, Any]) -> bool:
+    for i, cond in enumerate(rule.match.get("where", [])):
+        value = ctx.field(row, cond["field"])
+        if "exists" in cond and (value is not None) != cond["exists"]:
+            return False
+        if "equals" in cond and str(value) != str(cond["equals"]):
+            return False
+        if "in" in cond and str(value) not in {str(v) for v in cond["in"]}:
+            return False
+        if "not_in" in cond and str(value) in {str(v) for v in cond["not_in"]}:
+            return False
+        for key, want in (("regex", True), ("not_regex", False)):
+            if key in cond:
+                try:
+                    found = rule.compiled[f"{i}.{key}"].search(str(value or ""), timeout=REGEX_TIMEOUT_S) is not None
+                except TimeoutError:
+                    found = False
+                if found != want:
+                    return False
+        try:
+            if "gt" in cond and not (value is not None and float(value) > cond["gt"]):
+                return False
+            if "lt" in cond and not (value is not None and float(value) < cond["lt"]):
+                return False
+        except ValueError:
+            return False
+    return True
+
+
+def matched(rule: Rule, ctx: Context) -> list[dict[str, Any]]:
+    kinds = rule.match.get("kinds")
+    rows = [r for k in kinds for r in ctx.by_kind.get(k, [])] if kinds else list(ctx.rows)
+    return [r for r in rows if _where_ok(rule, ctx, r)]
+
+
+# ---------------------------------------------------------------------------------------------- conditions
+def cond_present(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+    if not events:
+        return None
+    ranks = {e["rank"] for e in events if e["rank"] is not None}
+    if len(ranks) < rule.condition.get("min_ranks", 1) and rule.condition.get("min_ranks"):
+        return None
+    return Hit(events, ranks)
+
+
+def cond_absent_after_phase(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+    """Ranks that reached phase P without any of the expected events: a missing line is evidence."""
+    expect = set(rule.condition["expect"])
+    reached = rule.condition.get("reached", "train")
+    have = {r for r in ctx.visible if any(e["kind"] in expect for e in ctx.by_rank.get(r, []))}
+    if rule.condition.get("peers_have", True) and not have:
+        return None
+    missing = sorted(r for r in ctx.visible - have if ctx.reached(r, reached))
+    if not missing:
+        return None
+    evidence = [e for r in missing for e in ctx.by_rank[r] if PHASE_ORDER.get(e["phase"], -1) >= PHASE_ORDER[reached]][:4]
+    evidence += [e for e in ctx.rows if e["kind"] in expect][:2]
+    factor = 0.8 if ctx.hidden else 1.0
+    return Hit(evidence, set(missing), culprits=missing, confidence_factor=factor,
+               values={"missing_ranks": missing, "peers": sorted(have), "expected": ", ".join(sorted(expect))})
+
+
+def cond_last_event(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+    """Ranks whose last event (benign lines aside) is one of the kinds, with nothing after it."""
+    kinds = set(rule.match.get("kinds", []))
+    if rule.condition.get("unless_ended", True) and ctx.job.get("exit_code") == 0:
+        return None
+    stuck: list[dict[str, Any]] = []
+    for rank, rows in ctx.by_rank.items():
+        live = [r for r in rows if r["level"] != "benign" and r["kind"] not in ("worker_sigterm_sent",)]
+        if live and live[-1]["kind"] in kinds and _where_ok(rule, ctx, live[-1]):
+            stuck.append(live[-1])
+    unranked = [r for r in ctx.rows if r["rank"] is None and r["level"] != "benign"]
+    if not ctx.by_rank and unranked and unranked[-1]["kind"] in kinds:
+        stuck.append(unranked[-1])
+    if not stuck:
+        return None
+    ranks = {e["rank"] for e in stuck if e["rank"] is not None}
+    reached_past = sorted(r for r in ctx.visible - ranks if any(
+        PHASE_ORDER.get(e["phase"], -1) > PHASE_ORDER.get(stuck[0]["phase"], 0) for e in ctx.by_rank[r]))
+    factor = 0.7 if (ctx.hidden or not ctx.ranks) else 1.0
+    return Hit(stuck, ranks, confidence_factor=factor,
+               values={"stuck_ranks": sorted(ranks), "ahead_ranks": reached_past,
+                       "last_line": stuck[0]["text"]})
+
+
+def _per_rank_values(ctx: Context, events: list[dict[str, Any]], name: str) -> dict[int, str]:
+    values: dict[int, str] = {}
+    for e in events:
+        value = ctx.field(e, name)
+        if e["rank"] is not None and value is not None and (e["attempt"] or 0) >= (ctx.ranks.get(e["rank"], {}).get("attempt") or 0):
+            values[e["rank"]] = str(value)
+    return values
+
+
+def cond_field_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+    """Ranks disagree on a value they should share; rank 0 (the broadcast source) is the reference."""
+    offset_ok = set(rule.condition.get("allow_rank_offset", []))
+    differing: dict[str, dict[int, str]] = {}
+    culprits: set[int] = set()
+    for name in rule.condition["fields"]:
+        values = _per_rank_values(ctx, events, name)
+        if len(values) < 2 or len(set(values.values())) < 2:
+            continue
+        if name in offset_ok and _offset_by_rank(values):
+            continue
+        differing[name] = values
+        if 0 in values:
+            culprits |= {r for r, v in values.items() if v != values[0]}
+        else:
+            common = Counter(values.values()).most_common(1)[0][0]
+            culprits |= {r for r, v in values.items() if v != common}
+    if not differing:
+        return None
+    evidence = [e for e in events if any(ctx.field(e, n) is not None for n in differing)]
+    evidence.sort(key=lambda e: (e["rank"] not in culprits, e["rank"] or 0))
+    summary = "; ".join(
+        f"{name}: " + ", ".join(f"rank {r}={v}" for r, v in sorted(values.items())) for name, values in differing.items()
+    )
+    return Hit(evidence, set().union(*[set(v) for v in differing.values()]), culprits=sorted(culprits),
+               values={"fields": ", ".join(differing), "differences": summary})
+
+
+def _offset_by_rank(values: dict[int, str]) -> bool:
+    try:
+        nums = {r: int(v) for r, v in values.items()}
+    except ValueError:
+        return False
+    ranks = sorted(nums)
+    if len(ranks) < 2:
+        return False
+    step = (nums[ranks[1]] - nums[ranks[0]]) / max(1, ranks[1] - ranks[0])
+    return step != 0 and all(nums[r] - nums[ranks[0]] == step * (r - ranks[0]) for r in ranks)
+
+
+def cond_same_seq_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+    """Same SeqNum in the same process group, different op or size across ranks."""
+    compare = rule.condition.get("compare", ["op", "numel_in"])
+    by_seq: dict[tuple[str, int], dict[int, tuple[Any, ...]]] = defaultdict(dict)
+    rows_at: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if e["seq"] is None or e["rank"] is None:
+            continue
+        key = (e["pg"] or "0", e["seq"])
+        by_seq[key][e["rank"]] = tuple(ctx.field(e, c) for c in compare)
+        rows_at[key].append(e)
+    for key in sorted(by_seq, key=lambda k: k[1]):
+        sigs = by_seq[key]
+        if len(set(sigs.values())) < 2:
+            continue
+        common = Counter(sigs.values()).most_common()
+        minority: list[int]
+        if len(sigs) >= 3 and common[0][1] > common[-1][1]:
+            minority = sorted(r for r, s in sigs.items() if s != common[0][0])
+        else:
+            minority = sorted(_deviating(ctx, sigs, compare) or sigs)
+        ops = ", ".join(f"rank {r}: " + "/".join(str(x) for x in s) for r, s in sorted(sigs.items()))
+        return Hit(rows_at[key], set(sigs), culprits=minority,
+                   values={"seq": key[1], "pg": key[0], "per_rank": ops})
+    return None
+
+
+def _deviating(ctx: Context, sigs: dict[int, tuple[Any, ...]], compare: list[str]) -> list[int]:
+    """With two ranks a vote cannot decide: blame the rank that broke its own pattern of training collectives."""
+    out = []
+    for rank, sig in sigs.items():
+        history = [
+            tuple(ctx.field(e, c) for c in compare)
+            for e in ctx.by_rank.get(rank, [])
+            if e["kind"] == "collective_fingerprint" and e["phase"] == "train"
+        ]
+        if len(history) >= 2:
+            usual = Counter(history[:-1]).most_common(1)[0][0]
+            if usual != sig and sig[0] != usual[0]:
+                out.append(rank)
+    return out
+
+
+def cond_seq_lag(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+    """Ranks behind (or ahead of) the others in collective sequence number in the same process group."""
+    latest: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if e["seq"] is None or e["rank"] is None or (e["pg"] or "0") != "0":
+            continue
+        if e["rank"] not in latest or e["seq"] > latest[e["rank"]]["seq"]:
+            latest[e["rank"]] = e
+    if len(latest) < 2:
+        return None
+    seqs = {r: e["seq"] for r, e in latest.items()}
+    low, high = min(seqs.values()), max(seqs.values())
+    if high - low < rule.condition.get("min_gap", 1):
+        return None
+    laggards = sorted(r for r, s in seqs.items() if s == low)
+    return Hit(list(latest.values()), set(seqs), culprits=laggards,
+               values={"low_seq": low, "high_seq": high, "gap": high - low,
+                       "per_rank": ", ".join(f"rank {r}: {s}" for r, s in sorted(seqs.items()))})
+
+
+def cond_check(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+    from logscope.rules.checks import CHECKS
+
+    return CHECKS[rule.condition["name"]](rule, ctx, events, rule.condition.get("params", {}))
+
+
+CONDITIONS = {
+    "present": cond_present,
+    "absent_after_phase": cond_absent_after_phase,
+    "last_event": cond_last_event,
+    "field_differs": cond_field_differs,
+    "same_seq_differs": cond_same_seq_differs,
+    "seq_lag": cond_seq_lag,
+    "check": cond_check,
+}
+
+
+# ---------------------------------------------------------------------------------------------- culprits
+def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
+    if hit.culprits is not None:
+        return sorted(set(hit.culprits))
+    strategy = rule.culprit
+    reporters = sorted(hit.ranks)
+    if strategy == "none":
+        return []
+    if strategy == "reporters":
+        return reporters
+    if strategy == "fields":
+        out: set[int] = set()
+        for e in hit.events:
+            for name in rule.culprit_fields:
+                value = ctx.field(e, name)
+                if value is not None and str(value).lstrip("-").isdigit():
+                    out.add(int(value))
+        return sorted(out)
+    if strategy == "peers_of_reporter":
+        world = ctx.job.get("world_size") or 0
+        if world == 2 and len(reporters) == 1:
+            return [1 - reporters[0]]
+        peers = sorted(ctx.visible - set(reporters))
+        return peers if len(peers) == 1 else []
+    if strategy in ("laggards", "laggards_or_silent_peers"):
+        lag = _laggards(ctx, hit)
+        if lag:
+            return lag
+        if strategy == "laggards":
+            return []
+        return _silent_peers(ctx, hit)
+    if strategy == "silent_peers":
+        return _silent_peers(ctx, hit)
+    if strategy == "minority":
+        return reporters if len(reporters) * 2 < max(len(ctx.visible), 1) else []
+    return reporters
+
+
+def _laggards(ctx: Context, hit: Hit) -> list[int]:
+    """The rank(s) with the lowest SeqNum among the timed-out / stuck ranks' reports."""
+    seqs: dict[int, int] = {}
+    for e in hit.events:
+        if e["rank"] is not None and e["seq"] is not None and (e["pg"] or "0") == "0":
+            seqs[e["rank"]] = max(seqs.get(e["rank"], -1), e["seq"])
+    for rank, info in ctx.ranks.items():
+        if info.get("last_seq_completed") is not None and rank not in seqs and info["status"] == "visible":
+            seqs[rank] = info["last_seq_completed"] + 1
+    if len(seqs) >= 2 and len(set(seqs.values())) > 1:
+        low = min(seqs.values())
+        return sorted(r for r, s in seqs.items() if s == low)
+    return []
+
+
+def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
+    """Visible ranks that did not report the failure: the rank the others were waiting for."""
+    reporters = set(hit.ranks)
+    if not reporters:
+        return []
+    peers = sorted(r for r in ctx.visible - reporters if r in ctx.by_rank)
+    if peers and len(peers) < max(len(reporters), 1) + len(peers):
+        return peers
+    return []
+
+
+# ---------------------------------------------------------------------------------------------- findings
+class _Values(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def _collective(ctx: Context, hit: Hit) -> dict[str, Any] | None:
+    rows = [e for e in hit.events if e["op"] is not None or e["seq"] is not None]
+    if not rows:
+        return None
+    first = rows[0]
+    per_rank = []
+    seen: set[int] = set()
+    for e in rows:
+        if e["rank"] is not None and e["rank"] not in seen:
+            seen.add(e["rank"])
+            per_rank.append({"rank": e["rank"], "op": e["op"], "seq": e["seq"], "numel_in": e["numel_in"],
+                             "numel_out": e["numel_out"]})
+    dtype = ctx.field(first, "dtype")
+    return {
+        "op": first["op"],
+        "seq": first["seq"],
+        "numel_in": first["numel_in"],
+        "numel_out": first["numel_out"],
+        "dtype": str(dtype) if dtype is not None else None,
+        "timeout_ms": next((e["timeout_ms"] for e in rows if e["timeout_ms"] is not None), None),
+        "pg": first["pg"],
+        "per_rank": per_rank,
+    }
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    if not ranks:
+        return "unknown"
+    if len(ranks) > 6:
+        return f"{ranks[0]}–{ranks[-1]} ({len(ranks)} ranks)" if ranks == list(range(ranks[0], ranks[-1] + 1)) else (
+            ", ".join(map(str, ranks[:6])) + f", … ({len(ranks)} ranks)")
+    return ", ".join(map(str, ranks))
+
+
+def _evidence(ctx: Context, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    seen: set[tuple[int, int]] = set()
+    for e in events:
+        key = (e["sid"], e["line"])
+        if key in seen:
+            continue
+        seen.add(key)
+        item: dict[str, Any] = {"path": e["source"], "line": e["line"], "rank": e["rank"], "text": e["text"]}
+        context = ctx.aligned.contexts.get(key)
+        if context:
+            item["context"] = [{"line": n, "text": t} for n, t in context]
+        out.append(item)
+        if len(out) >= MAX_EVIDENCE:
+            break
+    return out
+
+
+def finding(rule: Rule, ctx: Context, hit: Hit, input_path: str) -> dict[str, Any]:
+    culprits = culprits_for(rule, ctx, hit)
+    collective = _collective(ctx, hit)
+    values = _Values({k: v for k, v in (collective or {}).items() if k != "per_rank" and v is not None})
+    first = hit.events[0] if hit.events else {}
+    for name, value in (first.get("_f") or {}).items():
+        values.setdefault(name, value)
+    values.update({
+        "ranks": _ranks_text(sorted(hit.ranks)),
+        "culprits": _ranks_text(culprits),
+        "world_size": ctx.job.get("world_size") or "?",
+        "input": input_path,
+        "text": first.get("text", ""),
+    })
+    values.update({k: _ranks_text(v) if isinstance(v, list) else v for k, v in hit.values.items()})
+    confidence = rule.confidence * hit.confidence_factor
+    if ctx.hidden:
+        confidence *= 0.85
+    if not culprits and rule.culprit not in ("none",):
+        confidence *= 0.85
+    return {
+        "rule": rule.id,
+        "category": rule.category,
+        "severity": hit.severity or rule.severity,
+        "confidence": round(min(1.0, confidence), 2),
+        "title": rule.title,
+        "message": rule.message.format_map(values),
+        "ranks": sorted(hit.ranks),
+        "culprit_ranks": culprits,
+        "collective": collective,
+        "evidence": _evidence(ctx, hit.events),
+        "next_step": rule.next_step["id"],
+        "specificity": rule.specificity,
+        "next_step_command": rule.next_step.get("command", "").format_map(values) or None,
+        "next_step_detail": rule.next_step.get("detail", "").format_map(values) or None,
+    }
+
+
+def evaluate(rules: list[Rule], aligned: Aligned, input_path: str = "") -> list[dict[str, Any]]:
+    ctx = Context(aligned)
+    findings = []
+    for rule in rules:
+        events = matched(rule, ctx)
+        hit = CONDITIONS[rule.condition["type"]](rule, ctx, events)
+        if hit is not None:
+            findings.append(finding(rule, ctx, hit, input_path))
+    return findings

@@ -1,0 +1,254 @@
+"""`logscope replay` end to end on CPU with gloo: real torchrun, real collectives, real failures.
+
+Each torchrun start costs a few seconds on the CI machine, so ops are batched into one probe per world size and
+the failure cases use short timeouts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import typer
+from replay_helpers import collective, diagnosis, per_rank, write_json
+from typer.testing import CliRunner
+
+from logscope.replay.launch import Rendezvous, run_probe, torchrun_argv
+from logscope.replay.spec import ALL_OPS
+from logscope.replay.worker import FAULT_UNLESS_ENV, bus_factor
+
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed"),
+]
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parents[1]
+
+
+def invoke(app: typer.Typer, args: list[str]) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, ["replay", *args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def size_mismatch(tmp_path: Path) -> Path:
+    """The 08 run: rank 1 all_reduces 8088 floats where rank 0 all_reduces 8076."""
+    ranks = [per_rank(0, "ALLREDUCE", 8076), per_rank(1, "ALLREDUCE", 8088)]
+    return write_json(tmp_path / "size.json", diagnosis(collective("ALLREDUCE", 8076, ranks)))
+
+
+def wrong_collective(tmp_path: Path) -> Path:
+    """The 21 run: rank 1 broadcasts where rank 0 all_reduces, same size, same step."""
+    ranks = [per_rank(0, "ALLREDUCE", 8076), per_rank(1, "BROADCAST", 8076)]
+    return write_json(tmp_path / "wrong.json", diagnosis(collective("ALLREDUCE", 8076, ranks)))
+
+
+def test_every_op_passes_at_world_sizes_1_2_4(replay_app: typer.Typer, tmp_path: Path) -> None:
+    out = tmp_path / "replay.json"
+    code, stdout, _ = invoke(
+        replay_app,
+        [str(size_mismatch(tmp_path)), "--backend", "gloo", "--world-sizes", "1,2,4", "--op", "all",
+         "--numel", "96", "--iters", "2", "--timeout", "30", "--out", str(out)],
+    )
+    assert code == 0, stdout
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["schema"] == "logscope/replay/v1" and result["outcome"] == "ok"
+    assert [run["world_size"] for run in result["runs"]] == [1, 2, 4]
+    for run in result["runs"]:
+        n = run["world_size"]
+        assert [case["op"] for case in run["cases"]] == list(ALL_OPS)
+        for case in run["cases"]:
+            statuses = {rank["status"] for rank in case["ranks"]}
+            assert len(case["ranks"]) == n
+            if case["op"] == "send_recv" and n == 1:
+                assert case["outcome"] == "skipped" and statuses == {"skipped"}
+                continue
+            assert case["outcome"] == "ok" and statuses == {"ok"}, case
+            if case["op"] == "barrier":
+                assert case["busbw_gbps"] is None
+                continue
+            assert case["time_us"]["min"] <= case["time_us"]["median"]
+            assert case["busbw_gbps"] == pytest.approx(case["algbw_gbps"] * bus_factor(case["op"], n))
+            # nccl-tests' byte counts: the gathered/scattered total for the split ops, the buffer otherwise
+            per_rank_bytes = case["ranks"][0]["bytes"]
+            expected_bytes = 96 * 4 * (n if case["op"] in ("all_gather", "all_gather_base") else 1)
+            assert per_rank_bytes == expected_bytes
+    assert "all probes passed" in stdout and "send_recv needs two ranks" in stdout
+
+
+def test_as_logged_size_mismatch_reproduces_the_gloo_error(replay_app: typer.Typer, tmp_path: Path) -> None:
+    code, stdout, _ = invoke(
+        replay_app, [str(size_mismatch(tmp_path)), "--backend", "gloo", "--as-logged", "--timeout", "5", "--json"]
+    )
+    assert code == 1
+    result = json.loads(stdout)
+    (run,) = result["runs"]
+    (case,) = run["cases"]
+    assert case["outcome"] == "error"
+    by_rank = {r["rank"]: r for r in case["ranks"]}
+    assert (by_rank[0]["numel"], by_rank[1]["numel"]) == (8076, 8088)
+    # what the job's own rank 0 printed: gloo's enforce on the received size, then SIGABRT
+    assert "8088 vs 8076" in by_rank[0]["error"] and "SIGABRT" in by_rank[0]["error"]
+    assert by_rank[1]["status"] == "error"
+    assert result["summary"].startswith("the probe reproduced the logged failure")
+
+
+def test_as_logged_wrong_collective_reproduces_the_hang(replay_app: typer.Typer, tmp_path: Path) -> None:
+    start = time.monotonic()
+    code, stdout, _ = invoke(
+        replay_app, [str(wrong_collective(tmp_path)), "--backend", "gloo", "--as-logged", "--timeout", "4", "--json"]
+    )
+    assert code == 1
+    (run,) = json.loads(stdout)["runs"]
+    (case,) = run["cases"]
+    assert case["outcome"] == "hang"
+    assert [(r["rank"], r["op"], r["status"]) for r in case["ranks"]] == [
+        (0, "all_reduce", "hang"),
+        (1, "broadcast", "hang"),
+    ]
+    assert "no progress for 4 s" in case["ranks"][0]["error"]
+    assert time.monotonic() - start < 60
+
+
+def test_sweep_protocol_end_to_end(
+    replay_app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # gloo ignores NCCL_*: the worker's test hook makes the baseline fail unless NCCL_SHM_DISABLE=1 is set.
+    monkeypatch.setenv(FAULT_UNLESS_ENV, "NCCL_SHM_DISABLE=1")
+    monkeypatch.delenv("NCCL_SHM_DISABLE", raising=False)
+    doc = diagnosis(collective("ALLREDUCE", 512))
+    code, stdout, _ = invoke(
+        replay_app,
+        [str(write_json(tmp_path / "d.json", doc)), "--backend", "gloo", "--world-sizes", "2", "--sweep-env",
+         "--sweep-vars", "NCCL_P2P_DISABLE=1,NCCL_SHM_DISABLE=1", "--timeout", "5", "--iters", "1", "--json"],
+    )
+    assert code == 1  # the baseline reproduced a failure
+    result = json.loads(stdout)
+    assert [run["label"] for run in result["runs"]] == [
+        "baseline",
+        "NCCL_P2P_DISABLE=1",
+        "NCCL_SHM_DISABLE=1",
+        "baseline again, without NCCL_SHM_DISABLE=1",
+    ]
+    # one variable at a time, on top of the baseline environment
+    assert "NCCL_SHM_DISABLE" not in result["runs"][1]["env"]
+    assert result["runs"][2]["env"]["NCCL_SHM_DISABLE"] == "1"
+    assert [run["outcome"] for run in result["runs"]] == ["error", "error", "ok", "error"]
+    table = {row["variable"]: row for row in result["sweep"]["table"]}
+    assert table["NCCL_SHM_DISABLE=1"]["confirmed"] is True
+    assert table["NCCL_P2P_DISABLE=1"]["confirmed"] is None
+    advice = result["sweep"]["recommendation"]
+    assert "NCCL_SHM_DISABLE=1" in advice and result["machine"]["hostname"] in advice
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_probe_past_its_wall_limit_leaves_no_process_behind(tmp_path: Path) -> None:
+    results, logs = tmp_path / "results", tmp_path / "logs"
+    results.mkdir()
+    plan = tmp_path / "plan.json"
+    # ranks call different collectives and the watchdog waits 120 s: only the launcher's limit ends this
+    plan.write_text(
+        json.dumps({
+            "backend": "gloo", "timeout_s": 120, "iters": 1, "warmup": 0,
+            "cases": [{"op": "all_reduce", "numel": 64, "dtype": "float32",
+                       "per_rank": {"1": {"op": "broadcast", "numel": 64}}}],
+        }),
+        encoding="utf-8",
+    )
+    argv = torchrun_argv(2, Rendezvous().resolved(), plan, results, logs, tee=False)
+    probe = run_probe(argv, dict(os.environ), results, logs, wall_limit_s=8, rank_base=0)
+    assert probe.timed_out
+    assert sorted(probe.started_ranks) == [0, 1]
+    pids = [json.loads(p.read_text())["pid"] for p in results.glob("started-rank*.json")]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(_gone(pid) for pid in [probe.pid, *pids]):
+        time.sleep(0.2)
+    assert _gone(probe.pid), "torchrun's process group is still alive"
+    assert all(_gone(pid) for pid in pids), "a worker's process group is still alive"
+    # torchrun passed the SIGTERM on; each worker said where it was when it came
+    statuses = {r["rank"]: r for r in probe.records}
+    for rank in (0, 1):
+        assert "terminated by SIGTERM" in statuses[rank]["error"]
+
+
+def test_dry_run_prints_the_torchrun_commands(replay_app: typer.Typer, tmp_path: Path) -> None:
+    doc = diagnosis(collective("ALLREDUCE", 8076), nccl_env={"NCCL_ALGO": "Ring", "NCCL_DEBUG_FILE": "/x"})
+    code, stdout, _ = invoke(
+        replay_app,
+        [str(write_json(tmp_path / "d.json", doc)), "--backend", "gloo", "--world-sizes", "2,4", "--dry-run"],
+    )
+    assert code == 0
+    commands = [line for line in stdout.splitlines() if "torch.distributed.run" in line]
+    assert len(commands) == 2
+    assert "--nproc-per-node 2" in commands[0] and "--nproc-per-node 4" in commands[1]
+    assert all("--master-addr 127.0.0.1" in c and "NCCL_ALGO=Ring" in c for c in commands)
+    assert "NCCL_DEBUG_FILE" not in "".join(commands)
+    assert "NCCL_DEBUG_FILE not applied" in stdout
+
+
+def test_sweep_dry_run_lists_one_command_per_variable(replay_app: typer.Typer, tmp_path: Path) -> None:
+    doc = diagnosis(collective("ALLREDUCE", 64))
+    code, stdout, _ = invoke(
+        replay_app, [str(write_json(tmp_path / "d.json", doc)), "--backend", "gloo", "--sweep-env", "--dry-run"]
+    )
+    assert code == 0
+    commands = [line for line in stdout.splitlines() if "torch.distributed.run" in line]
+    assert len(commands) == 10  # baseline + the nine default variables
+    assert "NCCL_P2P_DISABLE=1" in commands[1] and "NCCL_P2P_DISABLE" not in commands[0]
+
+
+def test_no_collective_is_a_tool_error(replay_app: typer.Typer, tmp_path: Path) -> None:
+    doc = diagnosis(None, rule="healthy", category="healthy")
+    code, stdout, stderr = invoke(replay_app, [str(write_json(tmp_path / "d.json", doc)), "--backend", "gloo"])
+    assert code == 2
+    assert stderr.strip().splitlines() == [
+        "logscope: the diagnosis has no collective to replay (verdict: healthy); pass --op to probe one anyway"
+    ]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--world-sizes", "2", "--nproc-per-node", "2"],
+        ["--as-logged", "--world-sizes", "4"],
+        ["--sweep-env", "--world-sizes", "1,2"],
+        ["--numel", "ten"],
+        ["--op", "scatterv"],
+        ["--nnodes", "2"],
+    ],
+)
+def test_bad_flag_combinations_are_one_line_and_exit_2(
+    replay_app: typer.Typer, tmp_path: Path, flags: list[str]
+) -> None:
+    code, _, stderr = invoke(replay_app, [str(size_mismatch(tmp_path)), "--backend", "gloo", "--dry-run", *flags])
+    assert code == 2
+    assert len(stderr.strip().splitlines()) == 1 and stderr.startswith("logscope: ")
+
+
+def test_without_torch_the_replay_refuses_in_one_line(tmp_path: Path) -> None:
+    path = size_mismatch(tmp_path)
+    # an import blocker: `import torch` fails and find_spec reports it absent, as on a machine without torch
+    code = (
+        "import sys; sys.modules['torch'] = None; "
+        f"sys.path.insert(0, {str(TESTS)!r}); from replay_helpers import make_app; "
+        f"make_app()(['replay', {str(path)!r}], prog_name='logscope')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["logscope: torch is not installed: pip install 'logscope[replay]'"]

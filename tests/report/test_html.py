@@ -1,0 +1,347 @@
+"""The HTML report, checked on its markup (parsed with html.parser; the browser tests are separate)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import re
+import shutil
+from collections.abc import Callable
+from html.parser import HTMLParser
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from logscope.analysis import analyze
+from logscope.model import Analysis
+from logscope.report import html
+
+RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "real" / "runs"
+STALL = RUNS / "03_skip_allreduce_rank1_stall_gloo_timeout"
+HEALTHY = RUNS / "01_healthy_ws2"
+HOSTILE_PAYLOAD = (
+    '<script>window.__pwned=1</script>"><img src=x onerror="window.__pwned=2"> javascript:alert(1)'
+)
+
+
+class Page(HTMLParser):
+    """Just enough of a DOM for assertions: every start tag in order, and the text inside each element."""
+
+    VOID = frozenset(
+        {"meta", "link", "img", "br", "hr", "input", "source", "wbr", "area", "base", "col", "embed"}
+    )
+
+    def __init__(self, markup: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str]]] = []
+        self.texts: list[str] = []  # every text node, unescaped
+        self.script_bodies: list[str] = []
+        self._open: list[tuple[str, dict[str, str], list[str]]] = []
+        # (tag, attributes, text content) of every element, in closing order
+        self.element_text: list[tuple[str, dict[str, str], str]] = []
+        self.feed(markup)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = {k: v or "" for k, v in attrs}
+        self.tags.append((tag, attributes))
+        if tag not in self.VOID:
+            self._open.append((tag, attributes, []))
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, {k: v or "" for k, v in attrs}))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._open:
+            name, attributes, chunks = self._open.pop()
+            text = "".join(chunks)
+            self.element_text.append((name, attributes, text))
+            if self._open:
+                self._open[-1][2].append(text)
+            if name == "script":
+                self.script_bodies.append(text)
+            if name == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        self.texts.append(data)
+        if self._open:
+            self._open[-1][2].append(data)
+
+    def find(self, predicate: Callable[[str, dict[str, str]], bool]) -> list[tuple[str, dict[str, str], str]]:
+        return [e for e in self.element_text if predicate(e[0], e[1])]
+
+    def text_of(self, **attr: str) -> str:
+        """Whitespace-normalised text of the one element with these attributes."""
+        (hit,) = self.find(lambda _t, a: all(a.get(k.replace("_", "-")) == v for k, v in attr.items()))
+        return " ".join(hit[2].split())
+
+    def ids(self) -> set[str]:
+        return {a["id"] for _, a in self.tags if "id" in a}
+
+
+@pytest.fixture(scope="module")
+def stall() -> Analysis:
+    return analyze(STALL)
+
+
+@pytest.fixture(scope="module")
+def stall_page(stall: Analysis) -> Page:
+    return Page(html.render(stall))
+
+
+def test_verdict_comes_first_with_category_culprit_and_summary(stall: Analysis, stall_page: Page) -> None:
+    verdict = stall.diagnosis["verdict"]
+    sections = [a.get("id") for t, a in stall_page.tags if t == "section"]
+    assert sections[0] == "verdict"
+    assert stall_page.text_of(data_testid="category") == verdict["category"].replace("_", " ")
+    assert stall_page.text_of(data_testid="culprit") == html.ranks_label(verdict["culprit_ranks"])
+    assert stall_page.text_of(data_testid="summary") == " ".join(verdict["summary"].split())
+
+
+def test_next_step_command_sits_in_a_copy_box(stall: Analysis, stall_page: Page) -> None:
+    step = stall.diagnosis["verdict"]["next_step"]
+    assert step["command"], "the stall fixture's verdict names a command to run next"
+    assert stall_page.text_of(id="next-command") == " ".join(step["command"].split())
+    buttons = [a for t, a in stall_page.tags if t == "button" and a.get("data-copy") == "next-command"]
+    assert len(buttons) == 1
+
+
+def test_checklist_shows_every_item_with_its_status(stall: Analysis, stall_page: Page) -> None:
+    (checklist,) = stall_page.find(lambda t, a: t == "section" and a.get("id") == "checklist")
+    words = checklist[2].split()
+    for item in stall.diagnosis["checklist"]:
+        position = words.index(item["id"])
+        assert words[position + 1] == item["status"]
+
+
+def test_hostile_log_line_is_shown_as_text_never_as_markup(tmp_path: Path) -> None:
+    tree = _hostile_copy(tmp_path)
+    page = Page(html.render(analyze(tree)))
+
+    assert any(HOSTILE_PAYLOAD in t for t in page.texts), "the hostile line is on the page, as text"
+    scripts = [a for t, a in page.tags if t == "script"]
+    assert scripts == [{}], "only the report's own inline script, no injected one"
+    assert not [t for t, _ in page.tags if t in ("img", "iframe", "object", "embed")]
+    handlers = [(t, k) for t, a in page.tags for k in a if k.startswith("on")]
+    assert handlers == []
+    hrefs = [a.get("href", "") for _, a in page.tags if "href" in a]
+    assert all(h.startswith("#") for h in hrefs), "every link is in-page; log text never becomes a URL"
+
+
+def test_page_is_self_contained_and_only_its_own_script_may_run(stall_page: Page) -> None:
+    assert not [t for t, _ in stall_page.tags if t == "link"]
+    external = [
+        (t, a) for t, a in stall_page.tags for k in ("src", "href") if k in a and not a[k].startswith("#")
+    ]
+    assert external == []
+    (policy,) = [
+        a["content"]
+        for t, a in stall_page.tags
+        if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"
+    ]
+    assert "default-src 'none'" in policy
+    (body,) = stall_page.script_bodies
+    digest = base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in policy, (
+        "the CSP hash must match the inline script or it never runs"
+    )
+
+
+def test_evidence_links_lead_to_an_existing_rank_view(stall: Analysis, stall_page: Page) -> None:
+    evidence_ranks = {
+        e["rank"] for f in stall.diagnosis["findings"] for e in f["evidence"] if e.get("rank") is not None
+    }
+    assert evidence_ranks, "the stall fixture's findings cite rank lines"
+    links = {a["href"][1:] for t, a in stall_page.tags if t == "a" and a.get("href", "").startswith("#rank-")}
+    assert links
+    assert links <= stall_page.ids()
+    views = {a["id"] for t, a in stall_page.tags if t == "details" and "rank-log" in a.get("class", "")}
+    assert {f"rank-{r}" for r in evidence_ranks} <= {re.sub(r"-a\d+$", "", v) for v in views}
+
+
+def test_finding_shows_its_evidence_lines_in_context(stall: Analysis, stall_page: Page) -> None:
+    findings = stall_page.find(lambda t, a: t == "details" and "finding" in a.get("class", "").split())
+    assert len(findings) == len(stall.diagnosis["findings"])
+    for finding, shown in zip(stall.diagnosis["findings"], findings, strict=True):
+        for evidence in finding["evidence"][: html.MAX_EVIDENCE_PER_FINDING]:
+            assert f"{evidence['path']}:{evidence['line']}" in shown[2]
+            for context in evidence.get("context") or []:
+                assert html.clip(context["text"], html.MAX_EVIDENCE_TEXT_CHARS) in shown[2]
+
+
+def test_repeated_lines_are_collapsed_across_ranks(stall: Analysis, stall_page: Page) -> None:
+    shared = (
+        stall.events.filter(pl.col("rank").is_not_null() & pl.col("phase").is_not_null())
+        .group_by("text")
+        .agg(ranks=pl.col("rank").unique().sort())
+        .filter(pl.col("ranks").list.len() >= 2)
+    )
+    assert shared.height > 0, "both ranks of the stall fixture print the same startup lines"
+    (table,) = stall_page.find(lambda t, a: t == "section" and a.get("id") == "repeated")
+    rows = [e for e in stall_page.element_text if e[0] == "tr"]
+    for text, ranks in shared.head(html.MAX_REPEATED_GROUPS).iter_rows():
+        matching = [r for r in rows if html.clip(text) in r[2] and r[2] in table[2]]
+        assert len(matching) == 1, f"one collapsed row for {text!r}"
+        assert f"{html.ranks_label(ranks)} said" in matching[0][2]
+
+
+def test_notes_from_the_analysis_are_listed(stall: Analysis) -> None:
+    extra = copy.copy(stall)
+    extra.notes = [*stall.notes, "logs/none/attempt_0/1/stdout.log: truncated at 4096 bytes"]
+    (notes,) = Page(html.render(extra)).find(lambda t, a: t == "section" and a.get("id") == "notes")
+    for note in extra.notes + list(stall.diagnosis.get("notes") or []):
+        assert note in notes[2]
+
+
+def test_replay_result_is_shown_as_a_table(stall: Analysis) -> None:
+    with_replay = copy.copy(stall)
+    with_replay.diagnosis = {
+        **stall.diagnosis,
+        "replay": {
+            "backend": "gloo",
+            "runs": [
+                {"world_size": 1, "env": None, "outcome": "ok", "time_per_op_us": 41.5},
+                {"world_size": 2, "env": "NCCL_P2P_DISABLE=1", "outcome": "hang", "time_per_op_us": None},
+            ],
+        },
+    }
+    page = Page(html.render(with_replay))
+    (section,) = page.find(lambda t, a: t == "section" and a.get("id") == "replay")
+    headers = [e[2] for e in page.element_text if e[0] == "th"]  # leaves close in document order
+    columns = ["world_size", "env", "outcome", "time_per_op_us"]
+    start = headers.index("world_size")
+    assert headers[start : start + len(columns)] == columns
+    assert "NCCL_P2P_DISABLE=1" in section[2] and "hang" in section[2] and "41.5" in section[2]
+
+
+def test_no_replay_section_without_a_replay(stall_page: Page) -> None:
+    assert "replay" not in stall_page.ids()
+
+
+def test_healthy_run_renders_without_a_culprit() -> None:
+    healthy = analyze(HEALTHY)
+    page = Page(html.render(healthy))
+    expected = (
+        html.ranks_label(healthy.diagnosis["verdict"]["culprit_ranks"])
+        if healthy.diagnosis["verdict"]["culprit_ranks"]
+        else "no culprit rank"
+    )
+    assert page.text_of(data_testid="culprit") == expected
+
+
+def test_report_size_stays_bounded_for_a_huge_event_table(stall: Analysis) -> None:
+    huge = _scaled(stall, world_size=64, repeat_train=300)
+    assert huge.events.height > 100_000
+    markup = html.render(huge)
+    assert len(markup.encode()) < 3_000_000
+    page = Page(markup)
+    views = page.find(lambda t, a: t == "details" and "rank-log" in a.get("class", ""))
+    assert 0 < len(views) <= html.MAX_RANK_VIEWS
+    row_counts = _rows_per_rank_view(markup)
+    assert max(row_counts.values()) <= html.MAX_ROWS_PER_RANK_VIEW
+    assert any("events not shown" in t for t in page.texts), "the page says how many rows it left out"
+
+
+def test_identical_ranks_share_one_lane_at_1024_ranks(stall: Analysis) -> None:
+    big = _scaled(stall, world_size=1024, repeat_train=0)
+    page = Page(html.render(big))
+    lanes = [a for t, a in page.tags if t == "g" and "lane" in a.get("class", "").split()]
+    # the fixture's two ranks behave differently; every copy of rank 0 is identical to it
+    assert len(lanes) == 2
+    labels = [e[2] for e in page.find(lambda t, a: t == "text" and "lane-label" in a.get("class", ""))]
+    assert any("ranks 0, 2–1023 identical" in label for label in labels)
+
+
+def test_one_rank_that_stops_earlier_gets_its_own_lane(stall: Analysis) -> None:
+    big = _scaled(stall, world_size=1024, repeat_train=0)
+    last_iteration = big.events.filter(pl.col("rank") == 700)["iteration"].max()
+    big.events = big.events.filter(~((pl.col("rank") == 700) & (pl.col("iteration") == last_iteration)))
+    page = Page(html.render(big))
+    labels = [
+        " ".join(e[2].split())
+        for e in page.find(lambda t, a: t == "text" and "lane-label" in a.get("class", ""))
+    ]
+    assert "rank 700" in labels
+    assert any("ranks 0, 2–699, 701–1023 identical" in label for label in labels)
+
+
+def test_disagreeing_collective_cells_are_highlighted(stall: Analysis) -> None:
+    big = _scaled(stall, world_size=8, repeat_train=0)
+    collective_rows = big.events.filter(pl.col("op").is_not_null() | pl.col("seq").is_not_null())
+    if collective_rows.height == 0:
+        pytest.skip("the stall fixture's events carry no collective facts")
+    # rank 5 logs a different element count for its last collective than every other copy
+    last_line = collective_rows.filter(pl.col("rank") == 5)["line"].max()
+    big.events = big.events.with_columns(
+        numel_in=pl.when((pl.col("rank") == 5) & (pl.col("line") == last_line))
+        .then(123)
+        .otherwise(pl.col("numel_in"))
+    )
+    page = Page(html.render(big))
+    assert "collectives" in page.ids()
+    odd = [e[2] for e in page.find(lambda t, a: t == "td" and "odd" in a.get("class", "").split())]
+    assert "123" in odd
+
+
+def test_rank_ranges_are_compact() -> None:
+    assert html.rank_ranges([7, 0, 1, 2, 3]) == "0–3, 7"
+    assert html.rank_ranges([4, 5]) == "4, 5"
+    assert html.rank_ranges([]) == ""
+    assert html.ranks_label([3]) == "rank 3"
+    assert html.ranks_label([1, 2, 3]) == "ranks 1–3"
+
+
+def test_long_lines_are_clipped_with_a_count() -> None:
+    assert html.clip("x" * 10, 4) == "xxxx … [6 more chars]"
+    assert html.clip("short", 10) == "short"
+
+
+# ----------------------------------------------------------------------------------------------------
+
+
+def _hostile_copy(tmp_path: Path) -> Path:
+    """A copy of the stall fixture with one hostile exception line appended to rank 1's stderr."""
+    tree = tmp_path / STALL.name
+    shutil.copytree(STALL, tree)
+    (stderr,) = tree.glob("logs/*/attempt_0/1/stderr.log")
+    with stderr.open("a", encoding="utf-8") as handle:
+        handle.write(f"[rank1]: RuntimeError: {HOSTILE_PAYLOAD}\n")
+    return tree
+
+
+def _scaled(base: Analysis, world_size: int, repeat_train: int) -> Analysis:
+    """A `world_size`-rank job made of the real fixture's lines: rank 1 keeps its own log, every other rank is
+    a copy of rank 0; `repeat_train` more copies of rank 0's training lines make the table huge."""
+    events = base.events
+    rank0 = events.filter(pl.col("rank") == 0)
+    train = rank0.filter(pl.col("phase") == "train")
+    step: int = events.select(pl.col("line").max()).item() + 1
+    rank0 = pl.concat(
+        [rank0, *(train.with_columns(line=pl.col("line") + step * (i + 1)) for i in range(repeat_train))]
+    )
+    parts = [events.filter(pl.col("rank") != 0)]
+    parts += [rank0.with_columns(rank=pl.lit(r, dtype=pl.Int64)) for r in range(world_size) if r != 1]
+    scaled_events = pl.concat(parts)
+
+    rows = base.diagnosis["ranks"]
+    (row0,) = [r for r in rows if r["rank"] == 0]
+    scaled_rows = [r for r in rows if r["rank"] != 0] + [
+        {**row0, "rank": rank, "local_rank": rank % 8, "node": f"node{rank // 8}"}
+        for rank in range(world_size)
+        if rank != 1
+    ]
+    diagnosis = {**base.diagnosis, "ranks": sorted(scaled_rows, key=lambda r: r["rank"])}
+    return Analysis(
+        diagnosis=diagnosis, events=scaled_events, ranks=pl.DataFrame(diagnosis["ranks"]), notes=[]
+    )
+
+
+def _rows_per_rank_view(markup: str) -> dict[str, int]:
+    """Event rows inside each per-rank <details> view."""
+    counts: dict[str, int] = {}
+    for match in re.finditer(r'<details class="rank-log" id="([^"]+)">(.*?)</details>', markup, re.S):
+        counts[match.group(1)] = len(re.findall(r'<tr class="lvl-', match.group(2)))
+    return counts

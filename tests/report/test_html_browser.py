@@ -1,0 +1,191 @@
+"""The HTML report in a real headless Chromium (Debian `chromium`, driven by Playwright for Python)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from logscope.analysis import analyze
+from logscope.report import html
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "real" / "runs"
+STALL = RUNS / "03_skip_allreduce_rank1_stall_gloo_timeout"
+MISMATCH = RUNS / "21_debug_detail_collective_mismatch"
+HOSTILE_PAYLOAD = '<script>window.__pwned=1</script>"><img src=x onerror="window.__pwned=2">'
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
+if not CHROMIUM.exists():
+    pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)", allow_module_level=True)
+
+
+class Browser:
+    """A fresh Chromium profile; any request other than the report file itself is recorded and blocked."""
+
+    def __init__(self, playwright: Any, profile: Path) -> None:
+        self.attempted: list[str] = []
+        self.context = playwright.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1360, "height": 900},
+        )
+        self.context.route("**/*", self._route)
+        self.context.on("request", self._record)
+
+    def _record(self, request: Any) -> None:
+        if not request.url.startswith("file://"):
+            self.attempted.append(request.url)
+
+    def _route(self, route: Any) -> None:
+        if route.request.url.startswith("file://"):
+            route.continue_()
+        else:
+            self.attempted.append(route.request.url)
+            route.abort()
+
+    def open(self, report: Path) -> Any:
+        page = self.context.new_page()
+        page.goto(report.as_uri())
+        page.wait_for_load_state("load")
+        return page
+
+    def close(self, page: Any) -> None:
+        page.close()
+        assert self.attempted == [], "the report must not request anything from the network"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    with sync_api.sync_playwright() as playwright:
+        session = Browser(playwright, tmp_path_factory.mktemp("chromium-profile"))
+        yield session
+        session.context.close()
+
+
+def _write_report(tree: Path, out: Path) -> Path:
+    out.write_text(html.render(analyze(tree)), encoding="utf-8")
+    return out
+
+
+def _screenshot(page: Any, tmp_path: Path, name: str) -> Path:
+    shot = tmp_path / name
+    page.screenshot(path=str(shot), full_page=True)
+    if os.environ.get("LOGSCOPE_SCREENSHOT_DIR"):
+        target = Path(os.environ["LOGSCOPE_SCREENSHOT_DIR"])
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, target / name)
+    assert shot.stat().st_size > 10_000
+    return shot
+
+
+def test_verdict_culprit_and_finding_evidence_in_the_browser(browser: Browser, tmp_path: Path) -> None:
+    analysis = analyze(STALL)
+    report = tmp_path / "stall.html"
+    report.write_text(html.render(analysis), encoding="utf-8")
+    page = browser.open(report)
+    verdict = analysis.diagnosis["verdict"]
+
+    assert page.get_by_test_id("category").text_content() == verdict["category"].replace("_", " ")
+    assert page.get_by_test_id("culprit").text_content() == html.ranks_label(verdict["culprit_ranks"])
+    assert page.locator("#verdict").is_visible()
+
+    finding = analysis.diagnosis["findings"][0]
+    evidence = finding["evidence"][0]
+    first = page.locator("details.finding").first
+    window = first.locator(".logwin").first
+    assert not window.is_visible(), "findings start collapsed"
+    first.locator("summary").click()
+    assert window.is_visible()
+    assert html.clip(evidence["text"], html.MAX_EVIDENCE_TEXT_CHARS).strip() in window.inner_text()
+    where = first.locator(".where").first.inner_text()
+    assert f"{evidence['path']}:{evidence['line']}" in where
+
+    _screenshot(page, tmp_path, "report-stall.png")
+    browser.close(page)
+
+
+def test_evidence_rank_link_opens_that_rank_view(browser: Browser, tmp_path: Path) -> None:
+    page = browser.open(_write_report(STALL, tmp_path / "stall.html"))
+    link = page.locator("details.finding .where a[href^='#rank-']").first
+    target = link.get_attribute("href")[1:]
+    view = page.locator(f"details#{target}")
+    assert view.get_attribute("open") is None
+    page.locator("details.finding summary").first.click()
+    link.click()
+    assert view.get_attribute("open") is not None
+    assert view.locator("tbody tr").first.is_visible()
+    browser.close(page)
+
+
+def test_injected_script_in_a_log_line_does_not_run(browser: Browser, tmp_path: Path) -> None:
+    tree = tmp_path / STALL.name
+    shutil.copytree(STALL, tree)
+    (stderr,) = tree.glob("logs/*/attempt_0/1/stderr.log")
+    with stderr.open("a", encoding="utf-8") as handle:
+        handle.write(f"[rank1]: RuntimeError: {HOSTILE_PAYLOAD}\n")
+    page = browser.open(_write_report(tree, tmp_path / "hostile.html"))
+
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    assert page.locator("img").count() == 0
+    view = page.locator("details.rank-log", has_text="window.__pwned").first
+    view.locator("summary").click()
+    shown = view.get_by_text(HOSTILE_PAYLOAD, exact=False)
+    assert shown.first.is_visible(), "the hostile line is shown as text"
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    _screenshot(page, tmp_path, "report-hostile.png")
+    browser.close(page)
+
+
+def test_printing_expands_every_finding(browser: Browser, tmp_path: Path) -> None:
+    page = browser.open(_write_report(STALL, tmp_path / "stall.html"))
+    window = page.locator("details.finding .logwin").first
+    assert not window.is_visible()
+    page.emulate_media(media="print")
+    page.evaluate("window.dispatchEvent(new Event('beforeprint'))")
+    assert window.is_visible()
+    assert not page.locator("button.copy").is_visible(), "copy buttons are hidden on paper"
+    browser.close(page)
+
+
+def test_collective_mismatch_report_highlights_the_disagreeing_op(browser: Browser, tmp_path: Path) -> None:
+    page = browser.open(_write_report(MISMATCH, tmp_path / "mismatch.html"))
+    odd = page.locator("#collectives td.odd")
+    assert odd.count() > 0
+    colour = odd.first.evaluate("td => getComputedStyle(td).backgroundColor")
+    plain = page.locator("#collectives td:not(.odd)").first.evaluate(
+        "td => getComputedStyle(td).backgroundColor"
+    )
+    assert colour != plain
+    assert page.locator("#timeline svg g.lane").count() >= 2
+    _screenshot(page, tmp_path, "report-mismatch.png")
+    browser.close(page)
+
+
+def test_severity_filter_hides_findings(browser: Browser, tmp_path: Path) -> None:
+    page = browser.open(_write_report(MISMATCH, tmp_path / "mismatch.html"))
+    findings = page.locator("details.finding")
+    severity = findings.first.get_attribute("data-severity")
+    page.locator(f"input[data-severity-filter='{severity}']").uncheck()
+    assert not findings.first.is_visible()
+    page.locator(f"input[data-severity-filter='{severity}']").check()
+    assert findings.first.is_visible()
+    browser.close(page)
