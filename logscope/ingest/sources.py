@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import re
 import stat
 import tarfile
 import zipfile
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,7 @@ class Source:
     node: str | None = None  # the torchrun run folder (one per agent, i.e. per node) for per-rank files
     attempt: int | None = None
     local_rank: int | None = None
+    archive: str | None = None  # the archive it is a member of (its decompressed size is bounded per archive)
 
 
 @dataclass
@@ -49,16 +52,17 @@ def classify(member: str, size: int | None, prefix: str = "") -> Source | None:
     member = member.replace("\\", "/")
     name = member.rsplit("/", 1)[-1]
     shown = prefix + member
+    archive = prefix[:-1] if prefix else None
     m = _RANK_FILE.search(member)
     if m:
         run_dir = member[: m.start()].strip("/") or "."
         role = {"stdout.log": "stdout", "stderr.log": "stderr", "error.json": "error_json"}[m["name"]]
-        return Source(shown, role, size, prefix + run_dir, int(m["attempt"]), int(m["lrank"]))
+        return Source(shown, role, size, prefix + run_dir, int(m["attempt"]), int(m["lrank"]), archive)
     if name in _NOT_LOGS or name.startswith("."):
         return None
     lower = name.lower()
     if lower.endswith(_LOG_SUFFIXES) or "." not in name:
-        return Source(shown, "console", size)
+        return Source(shown, "console", size, archive=archive)
     return None
 
 
@@ -91,7 +95,7 @@ def _add_archive(inv: Inventory, path: Path, shown: str) -> None:
             inv.tar_archives.append((path, prefix))
         elif lower.endswith(".gz"):
             inner = path.name[:-3]
-            src = classify(inner, None, prefix) or Source(prefix + inner, "console", None)
+            src = classify(inner, None, prefix) or Source(prefix + inner, "console", None, archive=shown)
             inv.sources.append((src, lambda p=path: gzip.open(p, "rb")))  # type: ignore[misc]
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         inv.notes.append(f"{shown}: not a readable archive ({exc})")
@@ -134,7 +138,12 @@ def discover(path: Path, follow_symlinks: bool = False) -> Inventory:
     if not path.is_dir():
         raise InputError(f"not a file or folder: {path}")
     seen_dirs: set[tuple[int, int]] = set()
-    for dirpath, dirnames, filenames in os.walk(path, followlinks=follow_symlinks, onerror=None):
+
+    def unreadable_dir(exc: OSError) -> None:
+        where = Path(exc.filename).relative_to(path).as_posix() if exc.filename else "?"
+        inv.notes.append(f"{where}: cannot list folder ({exc.strerror}), skipped")
+
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=follow_symlinks, onerror=unreadable_dir):
         here = Path(dirpath)
         try:
             st = here.stat()
@@ -147,11 +156,13 @@ def discover(path: Path, follow_symlinks: bool = False) -> Inventory:
             continue
         seen_dirs.add(key)
         dirnames.sort()
-        if not follow_symlinks:
-            for d in list(dirnames):
-                if (here / d).is_symlink():
-                    inv.notes.append(f"{(here / d).relative_to(path)}: symlinked folder not followed")
-                    dirnames.remove(d)
+        for d in list(dirnames):
+            rel_dir = (here / d).relative_to(path).as_posix()
+            if not follow_symlinks and (here / d).is_symlink():
+                inv.notes.append(f"{rel_dir}: symlinked folder not followed (use --follow-symlinks)")
+                dirnames.remove(d)
+            elif d.lower().endswith(_LOG_SUFFIXES + _ARCHIVE_SUFFIXES + (".json",)):
+                inv.notes.append(f"{rel_dir}: a folder named like a log, looked inside it")
         for name in sorted(filenames):
             full = here / name
             rel = full.relative_to(path).as_posix()
@@ -169,6 +180,8 @@ def discover(path: Path, follow_symlinks: bool = False) -> Inventory:
                 inv.notes.append(f"{rel}: broken link or unreadable ({exc.strerror})")
                 continue
             if not stat.S_ISREG(st_full.st_mode):
+                # Never opened: reading a FIFO or a device would block or never end.
+                inv.notes.append(f"{rel}: not a regular file ({_file_type(st_full.st_mode)}), skipped")
                 continue
             if _is_archive(name):
                 _add_archive(inv, full, rel)
@@ -176,4 +189,52 @@ def discover(path: Path, follow_symlinks: bool = False) -> Inventory:
             src = classify(rel, st_full.st_size)
             if src is not None:
                 inv.sources.append((src, lambda f=full: open(f, "rb")))  # type: ignore[misc]
+    _drop_copied_nodes(inv, path)
     return inv
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def _digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def _drop_copied_nodes(inv: Inventory, root: Path) -> None:
+    """A run folder whose per-rank files are byte-identical to another's is a copy: its ranks would count twice."""
+    by_node: dict[str, list[Source]] = defaultdict(list)
+    for src, _ in inv.sources:
+        if src.node is not None and src.archive is None:
+            by_node[src.node].append(src)
+    if len(by_node) < 2:
+        return
+    shapes: dict[tuple[tuple[object, ...], ...], list[str]] = defaultdict(list)
+    for node, files in by_node.items():
+        if any(f.size for f in files):
+            shapes[tuple(sorted((f.attempt, f.local_rank, f.role, f.size) for f in files))].append(node)
+    copies: dict[str, str] = {}
+    for nodes in shapes.values():
+        originals: dict[tuple[str, ...], str] = {}
+        for node in nodes:  # same names and sizes: only now is reading the bytes worth it
+            try:
+                key = tuple(_digest(root / f.path) for f in sorted(by_node[node], key=lambda f: f.path))
+            except OSError:
+                continue
+            if key in originals:
+                copies[node] = originals[key]
+            else:
+                originals[key] = node
+    if not copies:
+        return
+    inv.sources = [(src, opener) for src, opener in inv.sources if src.node not in copies]
+    for node, original in sorted(copies.items()):
+        inv.notes.append(f"{node}: duplicate rank folder, the same files as {original}; skipped")

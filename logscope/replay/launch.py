@@ -219,6 +219,16 @@ def _signal_name(code: int) -> str:
     return ""
 
 
+def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM torchrun's group (torchrun forwards it to its workers' groups); SIGKILL if it does not stop."""
+    _kill_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def run_probe(
     argv: list[str],
     env: Mapping[str, str],
@@ -249,20 +259,13 @@ def run_probe(
             proc.wait(timeout=wall_limit_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            # torchrun forwards SIGTERM to its workers' groups; SIGKILL is for a launcher that does not stop.
-            _kill_group(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc.pid, signal.SIGKILL)
-                proc.wait()
         finally:
-            if proc.poll() is None:  # interrupted (Ctrl-C): leave nothing running
-                _kill_group(proc.pid, signal.SIGKILL)
-                proc.wait()
+            # Past the limit, or interrupted (Ctrl-C): leave nothing running.
+            if proc.poll() is None:
+                _stop(proc, grace_s)
             _kill_group(proc.pid, signal.SIGKILL)  # stragglers of torchrun's own group
+            killed = _reap_workers(results_dir)
     wall = time.monotonic() - start
-    killed = _reap_workers(results_dir)
     console = console_path.read_text(encoding="utf-8", errors="replace")
     run = ProbeRun(
         argv=argv,

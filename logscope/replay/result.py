@@ -9,7 +9,6 @@ import re
 import shutil
 import socket
 import subprocess
-from collections import Counter
 from itertools import takewhile
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from logscope.replay.launch import ProbeRun
 from logscope.replay.worker import bandwidths
 
 SCHEMA_ID = "logscope/replay/v1"
+_PCIE_HOPS = ("PIX", "PXB", "PHB", "NODE", "SYS")  # nvidia-smi's legend, nearest first
 FAILED = ("hang", "error", "wrong_result")
 # Which status names a case when ranks disagree: a hang explains the errors it causes, not the other way
 # round.
@@ -53,7 +53,11 @@ def fold_run(
             record = by_key.get((rank, index)) or by_key.get((rank, None))
             if record is None:
                 # What this rank was to call, from the plan: the rank itself never said.
-                call = {"op": case["op"], "numel": case["numel"], **case.get("per_rank", {}).get(str(rank), {})}
+                call = {
+                    "op": case["op"],
+                    "numel": case["numel"],
+                    **case.get("per_rank", {}).get(str(rank), {}),
+                }
                 if rank in failed_before:
                     record = {"rank": rank, **call, "status": "not_run", "error": "an earlier case failed"}
                 else:
@@ -107,23 +111,25 @@ def failure_line(cases: list[dict[str, Any]]) -> str | None:
 
 
 def interconnect_class(topo: str) -> str | None:
-    """GPU-to-GPU link class from `nvidia-smi topo -m` output: NVLink when any GPU pair is NV#, else the
-    commonest PCIe hop between GPUs (NIC columns are left out)."""
+    """GPU-to-GPU link class from `nvidia-smi topo -m` output: NVLink when any GPU pair is NV#, else the PCIe
+    hops between GPUs, nearest first (NIC columns are left out)."""
     gpu_columns = 0
-    links: Counter[str] = Counter()
+    links: set[str] = set()
     for line in topo.splitlines():
         cells = line.split()
         if not gpu_columns and cells and re.fullmatch(r"GPU\d+", cells[0]) and len(cells) > 1:
             gpu_columns = sum(1 for _ in takewhile(lambda c: re.fullmatch(r"GPU\d+", c), cells))
             continue
         if gpu_columns and cells and re.fullmatch(r"GPU\d+", cells[0]):
-            links.update(c for c in cells[1 : 1 + gpu_columns] if re.fullmatch(r"NV\d+|PIX|PXB|PHB|NODE|SYS", c))
+            links.update(
+                c for c in cells[1 : 1 + gpu_columns] if re.fullmatch(r"NV\d+|PIX|PXB|PHB|NODE|SYS", c)
+            )
     if not links:
         return None
     nvlink = sorted(link for link in links if link.startswith("NV"))
     if nvlink:
         return f"NVLink ({', '.join(nvlink)})"
-    return f"PCIe ({links.most_common(1)[0][0]})"
+    return f"PCIe ({', '.join(hop for hop in _PCIE_HOPS if hop in links)})"
 
 
 def _interconnect() -> str | None:

@@ -186,7 +186,13 @@ def _fill_values(dtype: str, world_size: int) -> tuple[Callable[[int], int], Cal
     distinct exact non-zero value per rank or chunk, for ops that move data without reducing it."""
     limit = _EXACT_LIMIT[dtype]
     spread = max(1, min(8, limit // max(world_size, 1)))
-    return (lambda r: 1 + r % spread), (lambda i: 1 + i % (limit - 1))
+    # More ranks than exact integers (bfloat16 beyond 256 ranks): the ranks past `cutoff` add 0.
+    cutoff = limit // spread
+
+    def summand(rank: int) -> int:
+        return 1 + rank % spread if rank < cutoff else 0
+
+    return summand, (lambda i: 1 + i % (limit - 1))
 
 
 class _Buffers:

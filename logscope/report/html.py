@@ -24,14 +24,7 @@ from markupsafe import Markup
 
 from logscope.events.table import PHASES
 from logscope.model import Analysis
-
-try:
-    from logscope.rules.docs import rule_doc
-except ImportError:  # the rules engine's doc lookup is not written yet; render without What/Why until it is
-
-    def rule_doc(rule_id: str) -> dict[str, Any] | None:
-        return None
-
+from logscope.rules.docs import rule_doc
 
 # Size bounds: the page shows evidence windows and samples, never whole logs.
 MAX_TEXT_CHARS = 400  # one log line in tables and tooltips
@@ -207,6 +200,7 @@ def _view(analysis: Analysis) -> dict[str, Any]:
     view_keys = _rank_view_keys(events, timeline, culprits, findings)
     anchors = {key: _anchor(key) for key in view_keys}
     cited = _cited_lines(events, findings)
+    docs = {rule: rule_doc(rule) for rule in {str(f["rule"]) for f in findings if f.get("rule")}}
     for lane in timeline.lanes:
         lane.anchor = anchors.get(lane.key)
 
@@ -219,7 +213,7 @@ def _view(analysis: Analysis) -> dict[str, Any]:
         "checklist": _checklist_view(diagnosis.get("checklist") or []),
         "timeline": timeline,
         "collectives": _collective_view(events, rank_rows),
-        "findings": [_finding_view(i, f, verdict, cited, anchors) for i, f in enumerate(findings, 1)],
+        "findings": [_finding_view(i, f, verdict, cited, anchors, docs) for i, f in enumerate(findings, 1)],
         "repeated": _repeated_view(events),
         "rank_table": _rank_table_view(rank_rows, anchors, culprits, multi_attempt),
         "rank_views": [_rank_log_view(events, key, culprits, cited, multi_attempt) for key in view_keys],
@@ -255,15 +249,16 @@ def _ordered_events(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _with_attempts(rank_rows: list[dict[str, Any]], events: pl.DataFrame) -> list[dict[str, Any]]:
-    """Rank rows whose attempt is unknown get the attempt their rank's events resolved to, so a rank's row and
-    its events land in the same lane."""
+    """Rank rows whose attempt is unknown get the attempt their rank's events resolved to (a rank with no
+    events: the job's last attempt), so a rank's row and its events land in the same lane."""
     latest = {
         int(r): int(a)
         for r, a in events.group_by("rank_key").agg(pl.col("attempt_key").max()).iter_rows()
         if a >= 0
     }
+    last_attempt = max(latest.values(), default=None)
     return [
-        {**row, "attempt": latest.get(row["rank"])}
+        {**row, "attempt": latest.get(row["rank"], last_attempt)}
         if row.get("attempt") is None and row.get("rank") is not None
         else row
         for row in rank_rows
@@ -639,12 +634,13 @@ def _collective_view(events: pl.DataFrame, rank_rows: list[dict[str, Any]]) -> d
         return None
     cells_by_key = {key: tuple(_cell(f.get(c)) for c in columns) for key, f in facts.items()}
 
-    # per column: None when all ranks agree; else the strict-majority value (cells off it are marked), or ""
-    # when there is no strict majority (every cell of the column is marked)
+    # per column: None when the ranks that logged a value agree; else the strict-majority value (cells off it
+    # are marked), or "" when there is no strict majority (every logged cell of the column is marked). A rank
+    # that logged nothing ("—") is not a disagreement.
     majority: list[str | None] = []
     for i in range(len(columns)):
-        counts = Counter(cells[i] for cells in cells_by_key.values())
-        (top, top_count), *rest = counts.most_common()
+        counts = Counter(cells[i] for cells in cells_by_key.values() if cells[i] != MISSING)
+        (top, top_count), *rest = counts.most_common() or [(MISSING, 0)]
         majority.append(None if not rest else top if top_count > rest[0][1] else "")
 
     groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
@@ -659,10 +655,9 @@ def _collective_view(events: pl.DataFrame, rank_rows: list[dict[str, Any]]) -> d
                 "count": len(ranks),
                 "attempt": attempt if attempt >= 0 else None,
                 "cells": [
-                    {"text": text, "odd": majority[i] is not None and text != majority[i]}
-                    for i, text in enumerate(cells)
+                    {"text": text, "odd": _off_majority(text, majority[i])} for i, text in enumerate(cells)
                 ],
-                "odd": any(majority[i] is not None and text != majority[i] for i, text in enumerate(cells)),
+                "odd": any(_off_majority(text, majority[i]) for i, text in enumerate(cells)),
             }
         )
     rows.sort(key=lambda r: (not r["odd"], r["attempt"] or 0))
@@ -677,8 +672,15 @@ def _collective_view(events: pl.DataFrame, rank_rows: list[dict[str, Any]]) -> d
     }
 
 
+MISSING = "—"
+
+
 def _cell(value: Any) -> str:
-    return "—" if value is None else clip(str(value), 80)
+    return MISSING if value is None else clip(str(value), 80)
+
+
+def _off_majority(text: str, majority: str | None) -> bool:
+    return majority is not None and text != MISSING and text != majority
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -692,6 +694,7 @@ def _finding_view(
     verdict: dict[str, Any],
     cited: pl.DataFrame,
     anchors: dict[LaneKey, str],
+    docs: dict[str, dict[str, Any] | None],
 ) -> dict[str, Any]:
     evidence = list(finding.get("evidence") or [])
     coll = finding.get("collective") or {}
@@ -708,7 +711,7 @@ def _finding_view(
         )
         if coll.get(key) is not None
     ]
-    doc = rule_doc(str(finding.get("rule", ""))) if finding.get("rule") else None
+    doc = docs.get(str(finding.get("rule", "")))
     return {
         "rule": clip(str(finding.get("rule", "")), 100),
         "category": str(finding.get("category", "")).replace("_", " "),

@@ -236,6 +236,17 @@ def duplicate_device(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
     return Hit([e for k in shared for e in rows[k]], set(ranks), culprits=ranks, values={"shared": text})
 
 
+def breaks_own_pattern(ctx: Context, rank: int, seq: int, op: Any, shape: Any) -> bool:
+    """The rank ran a different op on the same tensor shape than the last time it saw that shape."""
+    earlier = [x for x in ctx.by_rank.get(rank, [])
+               if x["kind"] == "collective_fingerprint" and x["seq"] is not None and x["seq"] < seq
+               and x["_f"].get("shape") == shape]
+    if not earlier:
+        return False
+    last = max(earlier, key=lambda x: x["seq"])
+    return bool(last["op"] != op)
+
+
 @check("lagging_other_collective")
 def lagging_other_collective(
     rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
@@ -279,10 +290,53 @@ def detail_mismatch(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
         common = max(set(sigs.values()), key=list(sigs.values()).count)
         culprits = sorted(r for r, s in sigs.items() if s != common)
     else:
-        for rank, (op, _) in sigs.items():
-            ops = [x["op"] for x in ctx.by_rank.get(rank, [])
-                   if x["kind"] == "collective_fingerprint" and x["phase"] == "train" and x["seq"] != e["seq"]]
-            if ops and op not in ops:
-                culprits.append(rank)
+        seq = int(f["seq"])
+        culprits = [r for r, (op, shape) in sigs.items() if breaks_own_pattern(ctx, r, seq, op, shape)]
+    factor = 1.0
+    if not culprits:
+        # Two ranks and no history of their collectives: either may have taken the other branch.
+        culprits, factor = sorted(sigs), 0.7
     per_rank = ", ".join(f"rank {r}: {s[0]} [{s[1] or ''}]" for r, s in sorted(sigs.items()))
-    return Hit(events, set(sigs), culprits=sorted(culprits), values={"seq": f.get("seq"), "per_rank": per_rank})
+    return Hit(events, set(sigs), culprits=sorted(culprits), confidence_factor=factor,
+               values={"seq": f.get("seq"), "per_rank": per_rank})
+
+
+COLLECTIVE_APIS = {
+    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+    "reduce", "all_to_all", "all_to_all_single", "barrier", "send", "recv", "isend", "irecv", "gather", "scatter",
+    "broadcast_object_list", "all_gather_object", "monitored_barrier",
+}
+
+
+@check("different_collective_calls")
+def different_collective_calls(
+    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
+) -> Hit | None:
+    """Ranks failed inside different torch.distributed calls (their tracebacks' last c10d frame differs)."""
+    comm = _comm_ranks(ctx)
+    last: dict[int, dict[str, Any]] = {}
+    for e in events:
+        api = e["_f"].get("api")
+        if e["rank"] is None or api not in COLLECTIVE_APIS or e["rank"] not in comm:
+            continue
+        if (e["attempt"] or 0) < ctx.final_attempt:
+            continue
+        last[e["rank"]] = e
+    if len(last) < 2:
+        return None
+    calls = {r: e["_f"]["api"] for r, e in last.items()}
+    if len(set(calls.values())) < 2:
+        return None
+    counts: dict[str, int] = {}
+    for api in calls.values():
+        counts[api] = counts.get(api, 0) + 1
+    top = max(counts.values())
+    factor = 1.0
+    if list(counts.values()).count(top) == 1 and len(calls) >= 3:
+        usual = max(counts, key=lambda k: counts[k])
+        culprits = sorted(r for r, api in calls.items() if api != usual)
+    else:
+        culprits, factor = sorted(calls), 0.7
+    per_rank = ", ".join(f"rank {r}: {api}" for r, api in sorted(calls.items()))
+    return Hit(list(last.values()), set(calls), culprits=culprits, confidence_factor=factor,
+               values={"per_rank": per_rank})

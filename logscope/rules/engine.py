@@ -220,27 +220,22 @@ def cond_same_seq_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]
         if len(sigs) >= 3 and common[0][1] > common[-1][1]:
             minority = sorted(r for r, s in sigs.items() if s != common[0][0])
         else:
-            minority = sorted(_deviating(ctx, sigs, compare) or sigs)
+            minority = _deviating(ctx, key[1], rows_at[key])
+        factor = 1.0
+        if not minority:
+            minority, factor = sorted(sigs), 0.7  # nothing tells which side took the other branch
         ops = ", ".join(f"rank {r}: " + "/".join(str(x) for x in s) for r, s in sorted(sigs.items()))
-        return Hit(rows_at[key], set(sigs), culprits=minority,
+        return Hit(rows_at[key], set(sigs), culprits=minority, confidence_factor=factor,
                    values={"seq": key[1], "pg": key[0], "per_rank": ops})
     return None
 
 
-def _deviating(ctx: Context, sigs: dict[int, tuple[Any, ...]], compare: list[str]) -> list[int]:
-    """With two ranks a vote cannot decide: blame the rank that broke its own pattern of training collectives."""
-    out = []
-    for rank, sig in sigs.items():
-        history = [
-            tuple(ctx.field(e, c) for c in compare)
-            for e in ctx.by_rank.get(rank, [])
-            if e["kind"] == "collective_fingerprint" and e["phase"] == "train"
-        ]
-        if len(history) >= 2:
-            usual = Counter(history[:-1]).most_common(1)[0][0]
-            if usual != sig and sig[0] != usual[0]:
-                out.append(rank)
-    return out
+def _deviating(ctx: Context, seq: int, rows: list[dict[str, Any]]) -> list[int]:
+    """With two ranks a vote cannot decide: blame the rank that broke its own pattern of collectives."""
+    from logscope.rules.checks import breaks_own_pattern
+
+    return sorted({e["rank"] for e in rows if e["kind"] == "collective_fingerprint"
+                   and breaks_own_pattern(ctx, e["rank"], seq, e["op"], e["_f"].get("shape"))})
 
 
 def cond_seq_lag(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:

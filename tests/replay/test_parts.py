@@ -12,9 +12,9 @@ import pytest
 
 from logscope.errors import InputError, LogscopeError
 from logscope.replay.launch import ProbeRun, Rendezvous, checked_env, torchrun_argv
-from logscope.replay.result import fold_run, load_replay
+from logscope.replay.result import fold_run, interconnect_class, load_replay, machine_name
 from logscope.replay.sweep import parse_variables, recommendation, run_sweep
-from logscope.replay.worker import bandwidths
+from logscope.replay.worker import _fill_values, bandwidths
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,12 @@ def test_multi_node_static_rendezvous_needs_address_and_port() -> None:
 
 def test_torchrun_argv_static_and_rendezvous_forms(tmp_path: Path) -> None:
     static = torchrun_argv(
-        2, Rendezvous(master_addr="127.0.0.1", master_port=29555), tmp_path / "p", tmp_path / "r", tmp_path, True
+        2,
+        Rendezvous(master_addr="127.0.0.1", master_port=29555),
+        tmp_path / "p",
+        tmp_path / "r",
+        tmp_path,
+        True,
     )
     assert static[1:3] == ["-m", "torch.distributed.run"]
     joined = " ".join(static)
@@ -166,30 +171,55 @@ def test_sweep_skips_a_variable_the_baseline_already_sets_and_confirms_nothing_w
 
 
 def test_sweep_variables_parse_and_reject_garbage() -> None:
-    assert parse_variables("NCCL_P2P_DISABLE=1, NCCL_ALGO=Ring") == [("NCCL_P2P_DISABLE", "1"), ("NCCL_ALGO", "Ring")]
+    assert parse_variables("NCCL_P2P_DISABLE=1, NCCL_ALGO=Ring") == [
+        ("NCCL_P2P_DISABLE", "1"),
+        ("NCCL_ALGO", "Ring"),
+    ]
     with pytest.raises(LogscopeError, match="not NAME=VALUE"):
         parse_variables("NCCL_P2P_DISABLE")
 
 
 def _probe(records: list[dict[str, Any]], rank_errors: dict[int, str], timed_out: bool = False) -> ProbeRun:
     return ProbeRun(
-        argv=[], pid=0, exit_code=1, timed_out=timed_out, wall_s=1.0, console="", records=records,
+        argv=[],
+        pid=0,
+        exit_code=1,
+        timed_out=timed_out,
+        wall_s=1.0,
+        console="",
+        records=records,
         rank_errors=rank_errors,
     )
 
 
 def test_fold_fills_ranks_that_died_without_a_report_and_marks_later_cases_not_run() -> None:
     cases = [
-        {"op": "all_reduce", "numel": 8, "dtype": "float32", "per_rank": {"1": {"op": "all_reduce", "numel": 9}}},
+        {
+            "op": "all_reduce",
+            "numel": 8,
+            "dtype": "float32",
+            "per_rank": {"1": {"op": "all_reduce", "numel": 9}},
+        },
         {"op": "barrier", "numel": 0, "dtype": "float32"},
     ]
     records = [
-        {"rank": 1, "case": 0, "world_size": 2, "op": "all_reduce", "numel": 9, "status": "error", "error": "reset"},
+        {
+            "rank": 1,
+            "case": 0,
+            "world_size": 2,
+            "op": "all_reduce",
+            "numel": 9,
+            "status": "error",
+            "error": "reset",
+        },
     ]
     folded = fold_run(_probe(records, {0: "what(): 9 vs 8 [exit code -6 (SIGABRT)]"}), cases, [0, 1], 60)
     first, second = folded
     assert first["outcome"] == "error"
-    assert [(r["rank"], r["status"], r["numel"]) for r in first["ranks"]] == [(0, "error", 8), (1, "error", 9)]
+    assert [(r["rank"], r["status"], r["numel"]) for r in first["ranks"]] == [
+        (0, "error", 8),
+        (1, "error", 9),
+    ]
     assert first["ranks"][0]["error"].startswith("what(): 9 vs 8")
     assert [r["status"] for r in second["ranks"]] == ["not_run", "not_run"]
 
@@ -229,3 +259,38 @@ def test_load_replay_reads_a_result_and_refuses_anything_else(tmp_path: Path) ->
         load_replay(broken)
     with pytest.raises(InputError, match="cannot read"):
         load_replay(tmp_path / "missing.json")
+
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def test_interconnect_from_a_real_pcie_topology_ignores_nothing_but_self() -> None:
+    # NVIDIA/nccl#667: GPU pairs over PXB, PIX and SYS (no NVLink): all three are named, nearest first
+    topo = (DATA / "topo_pcie_nccl_issue_667.txt").read_text(encoding="utf-8")
+    assert interconnect_class(topo) == "PCIe (PIX, PXB, SYS)"
+
+
+def test_interconnect_from_a_real_nvlink_topology_leaves_nic_columns_out() -> None:
+    # NVIDIA/nccl#1505: DGX A100, NV12 between GPUs, PXB/SYS only towards the NICs
+    topo = (DATA / "topo_nvlink_nccl_issue_1505.txt").read_text(encoding="utf-8")
+    assert interconnect_class(topo) == "NVLink (NV12)"
+
+
+def test_machine_name_says_cpu_only_without_gpus() -> None:
+    assert machine_name({"hostname": "vm", "gpu": None}) == "vm, CPU only"
+    named = machine_name(
+        {"hostname": "dgx1", "gpu": "NVIDIA A100", "gpu_count": 8, "interconnect": "NVLink (NV12)"}
+    )
+    assert named == "dgx1, 8× NVIDIA A100, NVLink (NV12)"
+
+
+@pytest.mark.parametrize(
+    ("dtype", "world"), [("bfloat16", 4), ("bfloat16", 300), ("int8", 200), ("float16", 64)]
+)
+def test_fill_values_keep_every_partial_sum_exact(dtype: str, world: int) -> None:
+    summand, tag = _fill_values(dtype, world)
+    limit = {"bfloat16": 256, "int8": 127, "float16": 2048}[dtype]
+    assert sum(summand(r) for r in range(world)) <= limit
+    assert all(summand(r) >= 0 for r in range(world))
+    tags = [tag(i) for i in range(min(world, limit - 1))]
+    assert len(set(tags)) == len(tags) and min(tags) >= 1 and max(tags) <= limit

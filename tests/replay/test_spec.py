@@ -40,7 +40,7 @@ def test_logged_op_names_map_to_the_probe_ops(logged: str, op: str) -> None:
 
 
 def test_unknown_op_is_refused_with_the_supported_list() -> None:
-    with pytest.raises(LogscopeError, match="cannot replay collective 'SCATTERV'.*all_reduce"):
+    with pytest.raises(LogscopeError, match=r"cannot replay collective 'SCATTERV'.*all_reduce"):
         canonical_op("SCATTERV")
 
 

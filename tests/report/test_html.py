@@ -21,6 +21,7 @@ from logscope.report import html
 RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "real" / "runs"
 STALL = RUNS / "03_skip_allreduce_rank1_stall_gloo_timeout"
 HEALTHY = RUNS / "01_healthy_ws2"
+MISMATCH = RUNS / "21_debug_detail_collective_mismatch"
 HOSTILE_PAYLOAD = (
     '<script>window.__pwned=1</script>"><img src=x onerror="window.__pwned=2"> javascript:alert(1)'
 )
@@ -35,6 +36,7 @@ class Page(HTMLParser):
 
     def __init__(self, markup: str) -> None:
         super().__init__(convert_charrefs=True)
+        self.markup = markup
         self.tags: list[tuple[str, dict[str, str]]] = []
         self.texts: list[str] = []  # every text node, unescaped
         self.script_bodies: list[str] = []
@@ -78,6 +80,15 @@ class Page(HTMLParser):
         (hit,) = self.find(lambda _t, a: all(a.get(k.replace("_", "-")) == v for k, v in attr.items()))
         return " ".join(hit[2].split())
 
+    def section(self, section_id: str) -> Page:
+        """The page's `<section id=...>` on its own (sections do not nest)."""
+        match = re.search(rf'<section[^>]* id="{section_id}"[^>]*>.*?</section>', self.markup, re.S)
+        assert match, f"no section {section_id}"
+        return Page(match.group(0))
+
+    def text(self) -> str:
+        return "".join(self.texts)
+
     def ids(self) -> set[str]:
         return {a["id"] for _, a in self.tags if "id" in a}
 
@@ -110,8 +121,7 @@ def test_next_step_command_sits_in_a_copy_box(stall: Analysis, stall_page: Page)
 
 
 def test_checklist_shows_every_item_with_its_status(stall: Analysis, stall_page: Page) -> None:
-    (checklist,) = stall_page.find(lambda t, a: t == "section" and a.get("id") == "checklist")
-    words = checklist[2].split()
+    words = stall_page.section("checklist").text().split()
     for item in stall.diagnosis["checklist"]:
         position = words.index(item["id"])
         assert words[position + 1] == item["status"]
@@ -180,20 +190,19 @@ def test_repeated_lines_are_collapsed_across_ranks(stall: Analysis, stall_page: 
         .filter(pl.col("ranks").list.len() >= 2)
     )
     assert shared.height > 0, "both ranks of the stall fixture print the same startup lines"
-    (table,) = stall_page.find(lambda t, a: t == "section" and a.get("id") == "repeated")
-    rows = [e for e in stall_page.element_text if e[0] == "tr"]
+    rows = [e[2] for e in stall_page.section("repeated").element_text if e[0] == "tr"]
     for text, ranks in shared.head(html.MAX_REPEATED_GROUPS).iter_rows():
-        matching = [r for r in rows if html.clip(text) in r[2] and r[2] in table[2]]
+        matching = [r for r in rows if html.clip(text) in r]
         assert len(matching) == 1, f"one collapsed row for {text!r}"
-        assert f"{html.ranks_label(ranks)} said" in matching[0][2]
+        assert f"{html.ranks_label(ranks)} said" in matching[0]
 
 
 def test_notes_from_the_analysis_are_listed(stall: Analysis) -> None:
     extra = copy.copy(stall)
     extra.notes = [*stall.notes, "logs/none/attempt_0/1/stdout.log: truncated at 4096 bytes"]
-    (notes,) = Page(html.render(extra)).find(lambda t, a: t == "section" and a.get("id") == "notes")
+    notes = Page(html.render(extra)).section("notes").text()
     for note in extra.notes + list(stall.diagnosis.get("notes") or []):
-        assert note in notes[2]
+        assert note in notes
 
 
 def test_replay_result_is_shown_as_a_table(stall: Analysis) -> None:
@@ -208,13 +217,12 @@ def test_replay_result_is_shown_as_a_table(stall: Analysis) -> None:
             ],
         },
     }
-    page = Page(html.render(with_replay))
-    (section,) = page.find(lambda t, a: t == "section" and a.get("id") == "replay")
-    headers = [e[2] for e in page.element_text if e[0] == "th"]  # leaves close in document order
-    columns = ["world_size", "env", "outcome", "time_per_op_us"]
-    start = headers.index("world_size")
-    assert headers[start : start + len(columns)] == columns
-    assert "NCCL_P2P_DISABLE=1" in section[2] and "hang" in section[2] and "41.5" in section[2]
+    section = Page(html.render(with_replay)).section("replay")
+    headers = [e[2] for e in section.element_text if e[0] == "th"]  # leaves close in document order
+    assert headers == ["world_size", "env", "outcome", "time_per_op_us"]
+    cells = [e[2] for e in section.element_text if e[0] == "td"]
+    assert cells == ["1", "—", "ok", "41.5", "2", "NCCL_P2P_DISABLE=1", "hang", "—"]
+    assert "gloo" in section.text()
 
 
 def test_no_replay_section_without_a_replay(stall_page: Page) -> None:
@@ -223,13 +231,10 @@ def test_no_replay_section_without_a_replay(stall_page: Page) -> None:
 
 def test_healthy_run_renders_without_a_culprit() -> None:
     healthy = analyze(HEALTHY)
+    assert healthy.diagnosis["verdict"]["culprit_ranks"] == [], "a healthy run blames nobody"
     page = Page(html.render(healthy))
-    expected = (
-        html.ranks_label(healthy.diagnosis["verdict"]["culprit_ranks"])
-        if healthy.diagnosis["verdict"]["culprit_ranks"]
-        else "no culprit rank"
-    )
-    assert page.text_of(data_testid="culprit") == expected
+    assert page.text_of(data_testid="culprit") == "no culprit rank"
+    assert page.text_of(data_testid="category") == healthy.diagnosis["verdict"]["category"].replace("_", " ")
 
 
 def test_report_size_stays_bounded_for_a_huge_event_table(stall: Analysis) -> None:
@@ -268,22 +273,17 @@ def test_one_rank_that_stops_earlier_gets_its_own_lane(stall: Analysis) -> None:
     assert any("ranks 0, 2–699, 701–1023 identical" in label for label in labels)
 
 
-def test_disagreeing_collective_cells_are_highlighted(stall: Analysis) -> None:
-    big = _scaled(stall, world_size=8, repeat_train=0)
-    collective_rows = big.events.filter(pl.col("op").is_not_null() | pl.col("seq").is_not_null())
-    if collective_rows.height == 0:
-        pytest.skip("the stall fixture's events carry no collective facts")
-    # rank 5 logs a different element count for its last collective than every other copy
-    last_line = collective_rows.filter(pl.col("rank") == 5)["line"].max()
-    big.events = big.events.with_columns(
-        numel_in=pl.when((pl.col("rank") == 5) & (pl.col("line") == last_line))
-        .then(123)
-        .otherwise(pl.col("numel_in"))
-    )
-    page = Page(html.render(big))
-    assert "collectives" in page.ids()
-    odd = [e[2] for e in page.find(lambda t, a: t == "td" and "odd" in a.get("class", "").split())]
-    assert "123" in odd
+def test_collective_mismatch_marks_both_ops_when_no_rank_is_the_majority() -> None:
+    # the fixture's two ranks ran different collectives at the same SeqNum: neither is the majority
+    flags = _odd_flags(Page(html.render(analyze(MISMATCH))), "last op")
+    assert flags == {"0": True, "1": True}
+
+
+def test_the_one_rank_off_the_majority_is_highlighted() -> None:
+    # 8 ranks: rank 1 keeps its own log (BROADCAST at the mismatching SeqNum), the others are copies of rank 0
+    big = _scaled(analyze(MISMATCH), world_size=8, repeat_train=0)
+    flags = _odd_flags(Page(html.render(big)), "last op")
+    assert flags == {"0, 2–7": False, "1": True}
 
 
 def test_rank_ranges_are_compact() -> None:
@@ -345,3 +345,26 @@ def _rows_per_rank_view(markup: str) -> dict[str, int]:
     for match in re.finditer(r'<details class="rank-log" id="([^"]+)">(.*?)</details>', markup, re.S):
         counts[match.group(1)] = len(re.findall(r'<tr class="lvl-', match.group(2)))
     return counts
+
+
+def _odd_flags(page: Page, header: str) -> dict[str, bool]:
+    """Whether the `header` cell of each collective-table row is highlighted, keyed by the row's rank list."""
+    table = page.section("collectives")
+    headers = [text for tag, _, text in table.element_text if tag == "th"]
+    column = headers.index(header)
+    flags: dict[str, bool] = {}
+    cells: list[tuple[str, dict[str, str]]] = []
+    for tag, attrs, text in table.element_text:  # a row's cells close before the row does
+        if tag == "td":
+            cells.append((" ".join(text.split()), attrs))
+        elif tag == "tr" and cells:
+            ranks = cells[0][0].split(" (")[0]  # "0, 2–7 (×7)" -> "0, 2–7"
+            flags[ranks] = "odd" in cells[column][1].get("class", "").split()
+            cells = []
+    return flags
+
+
+def test_a_rank_that_logged_no_value_is_not_a_disagreement(stall_page: Page) -> None:
+    # in the stall fixture only rank 0 logs its process-group timeout; rank 1's cell is empty, not different
+    flags = _odd_flags(stall_page, "timeout ms")
+    assert flags == {"0": False, "1": False}

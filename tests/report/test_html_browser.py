@@ -88,6 +88,7 @@ def _write_report(tree: Path, out: Path) -> Path:
 
 def _screenshot(page: Any, tmp_path: Path, name: str) -> Path:
     shot = tmp_path / name
+    page.evaluate("window.scrollTo(0, 0)")  # else the sticky section bar lands mid-page in a full-page shot
     page.screenshot(path=str(shot), full_page=True)
     if os.environ.get("LOGSCOPE_SCREENSHOT_DIR"):
         target = Path(os.environ["LOGSCOPE_SCREENSHOT_DIR"])

@@ -1,0 +1,101 @@
+"""Verdicts on every real log: the category and culprit the case's label describes, and a schema-valid contract."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.conftest import FIXTURES, REPO, analysed
+
+SCHEMA = json.loads((REPO / "docs" / "schema" / "diagnosis-v1.json").read_text())
+
+# The labels of the public excerpts use the thread's words; this is their meaning in logscope's vocabulary.
+LABEL_CATEGORY = {
+    "nccl_timeout": "collective_timeout",
+    "healthy": "healthy",
+    "missing_sync": "missing_sync",
+    "hang_no_error": "missing_sync",
+    "rendezvous_timeout": "rendezvous_failure",
+    "nccl_error": "comm_error",
+    "gloo_error": {"03_skip_allreduce_rank1_stall_gloo_timeout": "collective_timeout"}.get,
+    "child_failed": "crash",
+    "silent_single_rank": "single_rank",
+}
+
+
+def _expected(case: Path) -> tuple[str, list[int] | None]:
+    label = yaml.safe_load(((case / "label.yaml") if (case / "label.yaml").exists() else case / "scenario.yaml").read_text())
+    cls = label["failure_class"]
+    if cls == "rank_disagreement":
+        # Same SeqNum different op / a size mismatch / DETAIL: a collective mismatch; differing config: disagreement.
+        category = "config_disagreement" if label.get("collective") in (None, {}) else "collective_mismatch"
+    elif cls == "gloo_error":
+        category = "collective_timeout" if "timeout" in case.name else "comm_error"
+    else:
+        category = LABEL_CATEGORY[cls]  # type: ignore[assignment]
+    if "culprit_rank" in label:
+        culprits = None if label["culprit_rank"] is None else [label["culprit_rank"]]
+    else:
+        culprits = label.get("ranks_implicated")
+    return category, culprits
+
+
+def _implicated(case: Path) -> bool:
+    """Public labels list the ranks the thread implicates; the culprit must be among them."""
+    return (case / "label.yaml").exists()
+
+
+REAL = sorted([*(FIXTURES / "real" / "public").iterdir(), *(FIXTURES / "real" / "runs").iterdir()])
+REAL = [p for p in REAL if p.is_dir()]
+RUNS = sorted(p for p in (FIXTURES / "runs").iterdir() if (p / "scenario.yaml").exists())
+
+
+@pytest.mark.parametrize("case", REAL, ids=[p.name for p in REAL])
+def test_real_log_verdict(case: Path) -> None:
+    d = analysed(str(case.relative_to(REPO))).diagnosis
+    jsonschema.validate(d, SCHEMA)
+    category, culprits = _expected(case)
+    assert d["verdict"]["category"] == category, d["verdict"]["summary"]
+    if _implicated(case) and culprits:
+        got = d["verdict"]["culprit_ranks"]
+        assert got and set(got) <= set(culprits), f"culprits {got} not among implicated {culprits}"
+    else:
+        _check_culprits(d, culprits)
+
+
+@pytest.mark.parametrize("case", RUNS, ids=[p.name for p in RUNS])
+def test_generated_run_verdict(case: Path) -> None:
+    d = analysed(str(case.relative_to(REPO))).diagnosis
+    jsonschema.validate(d, SCHEMA)
+    scenario = yaml.safe_load((case / "scenario.yaml").read_text())
+    assert d["verdict"]["category"] == scenario["expected_category"], d["verdict"]["summary"]
+    culprit = scenario.get("culprit_rank")
+    _check_culprits(d, None if culprit is None else [culprit])
+    if scenario.get("world_size") and scenario["expected_category"] != "rendezvous_failure":
+        assert d["job"]["world_size"] == scenario["world_size"]
+
+
+def _check_culprits(d: dict, culprits: list[int] | None) -> None:
+    got = d["verdict"]["culprit_ranks"]
+    if culprits is None:
+        return
+    if len(got) > len(culprits):
+        # Naming more ranks than the truth is only honest when the verdict says it is unsure.
+        assert set(culprits) <= set(got), f"culprits {got} miss {culprits}"
+        assert d["verdict"]["confidence"] < 0.75, f"culprits {got} for {culprits} at confidence {d['verdict']['confidence']}"
+    else:
+        assert sorted(got) == sorted(culprits), f"culprits {got} != {culprits}"
+
+
+def test_world_size_and_ranks_of_real_runs() -> None:
+    for case in (FIXTURES / "real" / "runs").iterdir():
+        scenario = yaml.safe_load((case / "scenario.yaml").read_text())
+        d = analysed(str(case.relative_to(REPO))).diagnosis
+        if not list((case / "logs").glob("*")):
+            continue  # rendezvous failed: no worker ever started
+        assert d["job"]["world_size"] == scenario["world_size"], case.name
+        assert sorted(r["rank"] for r in d["ranks"]) == list(range(scenario["world_size"])), case.name
