@@ -248,3 +248,47 @@ def test_logscope_verdict_matches_what_was_provoked(path: Path) -> None:
         m["expected_category"],
         sorted(m["culprit_ranks"]),
     ), verdict["summary"]
+
+
+REPLAY = GPU / "replay_h200"
+GPU_RUNS_DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu-runs.md"
+
+
+def replay_cases() -> dict[tuple[str, int], dict[str, Any]]:
+    result = json.loads((REPLAY / "replay_sizes.json").read_text())
+    (run,) = result["runs"]
+    assert run["backend"] == "nccl" and run["world_size"] == 1 and result["machine"]["gpu"] == "NVIDIA H200"
+    return {(case["op"], case["numel"]): case for case in run["cases"]}
+
+
+def test_h200_replay_sweep_was_correct_for_every_op_and_size() -> None:
+    cases = replay_cases()
+    sizes = sorted({numel for _, numel in cases} - {0})
+    assert sizes[0] == 1 and sizes[-1] * 4 == 2**30  # float32: 1 element to 1 GiB
+    for (op, numel), case in cases.items():
+        if op == "send_recv":  # needs two ranks
+            assert case["outcome"] == "skipped"
+            continue
+        assert case["outcome"] == "ok", (op, numel)
+        (rank,) = case["ranks"]
+        assert rank["iters"] == 20 and rank["bytes"] == 4 * numel
+
+
+def doc_table(heading: str) -> dict[str, list[str]]:
+    """The rows (op -> cells) of the first markdown table after `heading` in docs/gpu-runs.md."""
+    text = GPU_RUNS_DOC.read_text().split(heading, 1)[1]
+    rows = re.findall(r"^\| (\w+) \| ([^\n]+) \|$", text.split("\n\n|", 1)[1].split("\n\n", 1)[0], re.M)
+    return {op: [cell.strip() for cell in cells.split("|")] for op, cells in rows if op != "op"}
+
+
+def test_gpu_runs_doc_tables_are_the_replay_figures() -> None:
+    cases = replay_cases()
+    sizes = sorted({numel for op, numel in cases if op == "all_reduce"})
+    medians = doc_table("Median time per call in µs")
+    algbw = doc_table("algbw (GB/s")
+    assert set(medians) == set(algbw) == {op for op, _ in cases} - {"barrier", "send_recv"}
+    for op, cells in medians.items():
+        assert cells == [f"{cases[(op, n)]['time_us']['median']:.1f}" for n in sizes], op
+        assert [float(c) for c in algbw[op]] == [
+            float(f"{cases[(op, n)]['algbw_gbps']:.3g}") for n in sizes
+        ], op

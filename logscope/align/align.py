@@ -319,12 +319,14 @@ class _Builder:
             for key, value in f.items():
                 if key.startswith(("NCCL_", "TORCH_NCCL_")):
                     nccl_env[key] = str(value)
-        failed = bool(kinds["child_failure"]) or any(
-            (r["exitcode"] or 0) != 0 for r in self.rows if r["kind"] == "worker_failed"
-        )
         ended = kinds["worker_group_finished"] > 0 or (
             bool(ranks) and all(info.get("ended") for info in ranks.values())
         )
+        # torchrun prints the ChildFailedError table only when it gives up; a failed worker followed by a
+        # restart whose ranks all finished is a recovery, not a failed job.
+        failed = bool(kinds["child_failure"]) or (not ended and any(
+            (r["exitcode"] or 0) != 0 for r in self.rows if r["kind"] == "worker_failed"
+        ))
         exit_code = 1 if failed else (0 if ended else None)
         launcher = "torchrun" if (nodes or kinds["worker_failed"] or kinds["benign_omp_banner"]
                                   or kinds["child_failure"] or kinds["rdzv_timeout"]) else None

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from logscope.analysis import analyze
 from logscope.compare import diff, scan
 from logscope.errors import LogscopeError, OutputError
 from logscope.outputs import write_atomic
@@ -103,8 +104,6 @@ def diff_command(
     ] = None,
 ) -> None:
     """What changed between two runs: world size, versions, NCCL env, config, throughput, divergence."""
-    from logscope.analysis import analyze
-
     try:
         rules_dirs = [*(rules or [])]
         comparison = diff.diff_runs(

@@ -27,6 +27,7 @@ import regex
 from rich.table import Table
 from rich.text import Text
 
+from logscope.analysis import analyze
 from logscope.errors import InputError, LogscopeError, OutputError
 from logscope.model import Analysis
 
@@ -46,8 +47,8 @@ RUN_SCHEMA: dict[str, pl.DataType] = {
     "world_size": pl.Int64(),
     "nnodes": pl.Int64(),
     "failing_ranks": pl.List(pl.Int64()),  # the culprits, else the ranks that exited non-zero or by a signal
-    "failing_nodes": pl.List(pl.String()),  # hosts of the failing ranks
-    "bus_ids": pl.List(pl.String()),  # "host:busId" of the failing ranks' GPUs, from NCCL init lines
+    "failing_nodes": pl.List(pl.String()),  # hosts of the failing ranks (else torchrun's per-node folder)
+    "bus_ids": pl.List(pl.String()),  # PCI busIds of the failing ranks' GPUs ("host:busId" with a host)
     "rules": pl.List(pl.String()),  # ids of the rules that fired, in finding order
     "worst_severity": pl.String(),
     "findings": pl.Int64(),
@@ -129,14 +130,17 @@ def newest_mtime(path: Path) -> datetime | None:
     return datetime.fromtimestamp(stamp, tz=timezone.utc)
 
 
-def analyse_run(entry: RunEntry, rules_dirs: list[Path]) -> dict[str, Any]:
-    """One table row for one run (runs in a worker process, so it returns plain data, not the Analysis)."""
-    from logscope.analysis import analyze  # imported here so that a spawned worker imports it once, lazily
-
+def _empty_row(entry: RunEntry) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(RUN_SCHEMA)
     row.update(run=entry.name, path=str(entry.path), mtime=newest_mtime(entry.path))
     for column in LIST_COLUMNS:
         row[column] = []
+    return row
+
+
+def analyse_run(entry: RunEntry, rules_dirs: list[Path]) -> dict[str, Any]:
+    """One table row for one run (runs in a worker process, so it returns plain data, not the Analysis)."""
+    row = _empty_row(entry)
     try:
         analysis = analyze(entry.path, rules_dirs=rules_dirs)
     except LogscopeError as exc:
@@ -243,7 +247,8 @@ def scan_runs(
                 on_done(row)
         if lost and round_workers == 1:
             # one worker runs the runs in order: the first one lost is the one whose worker died
-            row = _failed_row(lost.pop(0), "the worker process analysing this run died (out of memory?)")
+            row = _empty_row(lost.pop(0))
+            row["error"] = "the worker process analysing this run died (out of memory?)"
             rows.append(row)
             on_done(row)
             round_workers = workers
@@ -253,14 +258,6 @@ def scan_runs(
     order = {entry.name: index for index, entry in enumerate(runs)}
     rows.sort(key=lambda row: order[row["run"]])
     return pl.DataFrame(rows, schema=RUN_SCHEMA, orient="row") if rows else pl.DataFrame(schema=RUN_SCHEMA)
-
-
-def _failed_row(entry: RunEntry, error: str) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(RUN_SCHEMA)
-    row.update(run=entry.name, path=str(entry.path), mtime=newest_mtime(entry.path), error=error)
-    for column in LIST_COLUMNS:
-        row[column] = []
-    return row
 
 
 def write_table(table: pl.DataFrame, out: Path) -> None:
@@ -277,16 +274,21 @@ def write_table(table: pl.DataFrame, out: Path) -> None:
     # a temporary file and a rename, so that a reader never sees half a table
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=directory)
-        os.close(fd)
+    except OSError as exc:
+        raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from None
+    os.close(fd)
+    try:
         if suffix == ".csv":
             table.write_csv(tmp)
         else:
             table.write_parquet(tmp)
         os.replace(tmp, out)
-    except OSError as exc:
-        with contextlib.suppress(OSError, UnboundLocalError):
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from None
+        if isinstance(exc, OSError):
+            raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise
 
 
 @dataclass

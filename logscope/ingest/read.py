@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import IO
 
+from logscope.errors import InputError
 from logscope.ingest.sources import Inventory, Source, iter_tar
 
 BLOCK_BYTES = 8 << 20
 MAX_LINE_BYTES = 4 << 20  # a longer line is cut there (a 50 MB single line must not hold the reader)
 MAX_ERROR_JSON_BYTES = 4 << 20
-MAX_ARCHIVE_BYTES = 64 << 30  # decompression limit per archive member: a zip bomb stops here
+MAX_ARCHIVE_BYTES = 64 << 30  # decompression limit per archive (all members together): a zip bomb stops here
+ARCHIVE_LIMIT_ENV = "LOGSCOPE_MAX_ARCHIVE_BYTES"
+
+
+def archive_limit() -> int:
+    """The decompression limit: MAX_ARCHIVE_BYTES, or a byte count from $LOGSCOPE_MAX_ARCHIVE_BYTES."""
+    value = os.environ.get(ARCHIVE_LIMIT_ENV)
+    if value is None:
+        return MAX_ARCHIVE_BYTES
+    limit = int(value) if value.strip().isdigit() else 0
+    if limit <= 0:
+        raise InputError(f"{ARCHIVE_LIMIT_ENV} must be a positive number of bytes, not {value!r}")
+    return limit
 
 
 @dataclass
@@ -23,6 +37,8 @@ class SourceStats:
     binary: bool = False
     error: str | None = None
     grew: bool = False
+    ends_mid_line: bool = False  # no line end after the last line: the writer stopped mid-line
+    nul_bytes: int = 0  # a crash can leave zero-filled blocks at the end of a file
 
 
 @dataclass
@@ -39,12 +55,14 @@ class Reader:
     inventory: Inventory
     sources: list[Source] = field(default_factory=list)
     stats: list[SourceStats] = field(default_factory=list)
+    archive_limit: int = field(default_factory=archive_limit)
+    archive_bytes: dict[str, int] = field(default_factory=dict)  # decompressed so far, per archive
 
     @property
     def notes(self) -> list[str]:
         return self.inventory.notes
 
-    def _opened(self) -> Iterator[tuple[Source, BinaryIO | None, str | None]]:
+    def _opened(self) -> Iterator[tuple[Source, IO[bytes] | None, str | None]]:
         for src, opener in self.inventory.sources:
             try:
                 yield src, opener(), None
@@ -68,9 +86,31 @@ class Reader:
                 continue
             with handle:
                 yield from self._read(sid, src, handle, stats)
+            if src.archive is not None:
+                self.archive_bytes[src.archive] = self.archive_bytes.get(src.archive, 0) + stats.bytes
+            self._note_damage(src, stats)
 
-    def _read(self, sid: int, src: Source, handle: BinaryIO, stats: SourceStats) -> Iterator[Block]:
-        limit = MAX_ERROR_JSON_BYTES if src.role == "error_json" else MAX_ARCHIVE_BYTES
+    def _note_damage(self, src: Source, stats: SourceStats) -> None:
+        """One note per kind of damage that was read through (the reader never stops for these)."""
+        if stats.cut_lines:
+            self.notes.append(f"{src.path}: lines over {MAX_LINE_BYTES} bytes, cut {stats.cut_lines} time(s)")
+        if stats.replaced_bytes:
+            self.notes.append(f"{src.path}: bytes that are not UTF-8, shown as U+FFFD")
+        if stats.nul_bytes:
+            self.notes.append(f"{src.path}: {stats.nul_bytes} NUL byte(s) (zero-filled after a crash?)")
+
+    def _read(self, sid: int, src: Source, handle: IO[bytes], stats: SourceStats) -> Iterator[Block]:
+        limit: int | None = None  # a plain file is bounded by the disk; what an archive inflates to is not
+        if src.role == "error_json":
+            limit = MAX_ERROR_JSON_BYTES
+        if src.archive is not None:
+            left = self.archive_limit - self.archive_bytes.get(src.archive, 0)
+            limit = left if limit is None else min(limit, left)
+            if left <= 0:
+                stats.error = "size limit"
+                self.notes.append(f"{src.path}: skipped, {src.archive} already inflated to the decompression "
+                                  f"limit ({self.archive_limit} bytes, {ARCHIVE_LIMIT_ENV})")
+                return
         pending = b""
         line_no = 1
         first = True
@@ -92,20 +132,26 @@ class Reader:
                     self.notes.append(f"{src.path}: binary data, skipped")
                     return
             stats.bytes += len(chunk)
-            if stats.bytes > limit:
-                self.notes.append(f"{src.path}: more than {limit >> 20} MiB, read stopped there")
+            if limit is not None and stats.bytes > limit:
+                what = f"decompression limit, {ARCHIVE_LIMIT_ENV}" if src.archive else "error.json limit"
+                self.notes.append(f"{src.path}: more than {limit} bytes ({what}), read stopped there")
                 chunk = chunk[: max(0, len(chunk) - (stats.bytes - limit))]
                 stats.bytes = limit
                 stats.error = "size limit"
             data = pending + chunk
             if not chunk:
                 if data:
+                    if stats.error is None and not data.endswith(b"\n"):
+                        stats.ends_mid_line = True
+                        self.notes.append(f"{src.path}: ends mid-line (cut off while being written?)")
                     yield self._block(sid, src, line_no, data, stats, final=True)
                     line_no += data.count(b"\n") + 1
                 stats.lines = line_no - 1
                 if src.size is not None and stats.bytes != src.size and stats.error is None:
                     stats.grew = True
-                    self.notes.append(f"{src.path}: size changed while reading ({src.size} -> {stats.bytes} bytes)")
+                    self.notes.append(
+                        f"{src.path}: size changed while reading ({src.size} -> {stats.bytes} bytes)"
+                    )
                 return
             cut = data.rfind(b"\n")
             if cut < 0:
@@ -123,6 +169,7 @@ class Reader:
 
     @staticmethod
     def _block(sid: int, src: Source, line_no: int, data: bytes, stats: SourceStats, final: bool) -> Block:
+        stats.nul_bytes += data.count(0)
         text = data.decode("utf-8", errors="replace")
         if not stats.replaced_bytes and "\ufffd" in text:
             stats.replaced_bytes = True

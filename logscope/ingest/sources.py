@@ -1,4 +1,4 @@
-"""Find the log sources under an input: torchrun trees, consoles, single files and archives (read in place)."""
+"""Find the log sources under an input: torchrun trees, consoles, single files, archives (read in place)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, cast
 
 from logscope.errors import InputError
 
 # <run_id>_<rand>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}  (torch_logs.md §1.2)
-_RANK_FILE = re.compile(r"(?:^|/)attempt_(?P<attempt>\d+)/(?P<lrank>\d+)/(?P<name>stdout\.log|stderr\.log|error\.json)$")
+_RANK_FILE = re.compile(
+    r"(?:^|/)attempt_(?P<attempt>\d+)/(?P<lrank>\d+)/(?P<name>stdout\.log|stderr\.log|error\.json)$"
+)
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr", ".console")
 _ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar", ".gz")
 _NOT_LOGS = {"label.yaml", "scenario.yaml"}
@@ -42,7 +44,7 @@ class Inventory:
     """What discovery found: readable sources (in order) and notes on what was skipped or unreadable."""
 
     root: Path
-    sources: list[tuple[Source, Callable[[], BinaryIO]]] = field(default_factory=list)
+    sources: list[tuple[Source, Callable[[], IO[bytes]]]] = field(default_factory=list)
     tar_archives: list[tuple[Path, str]] = field(default_factory=list)  # streamed member by member when read
     notes: list[str] = field(default_factory=list)
 
@@ -70,8 +72,22 @@ def _is_archive(path: str) -> bool:
     return path.lower().endswith(_ARCHIVE_SUFFIXES)
 
 
-def _zip_opener(archive: Path, name: str) -> Callable[[], BinaryIO]:
-    def open_member() -> BinaryIO:
+def _file_opener(path: Path) -> Callable[[], IO[bytes]]:
+    def open_file() -> IO[bytes]:
+        return open(path, "rb")
+
+    return open_file
+
+
+def _gzip_opener(path: Path) -> Callable[[], IO[bytes]]:
+    def open_file() -> IO[bytes]:
+        return cast(IO[bytes], gzip.open(path, "rb"))  # a GzipFile reads like any binary file
+
+    return open_file
+
+
+def _zip_opener(archive: Path, name: str) -> Callable[[], IO[bytes]]:
+    def open_member() -> IO[bytes]:
         zf = zipfile.ZipFile(archive)
         handle = zf.open(name)
         return handle
@@ -96,12 +112,12 @@ def _add_archive(inv: Inventory, path: Path, shown: str) -> None:
         elif lower.endswith(".gz"):
             inner = path.name[:-3]
             src = classify(inner, None, prefix) or Source(prefix + inner, "console", None, archive=shown)
-            inv.sources.append((src, lambda p=path: gzip.open(p, "rb")))  # type: ignore[misc]
+            inv.sources.append((src, _gzip_opener(path)))
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         inv.notes.append(f"{shown}: not a readable archive ({exc})")
 
 
-def iter_tar(archive: Path, prefix: str, notes: list[str]) -> Iterator[tuple[Source, BinaryIO]]:
+def iter_tar(archive: Path, prefix: str, notes: list[str]) -> Iterator[tuple[Source, IO[bytes]]]:
     """Tar members in archive order, streamed (a .tar.gz cannot be read out of order cheaply)."""
     try:
         with tarfile.open(archive, mode="r|*") as tar:
@@ -133,7 +149,7 @@ def discover(path: Path, follow_symlinks: bool = False) -> Inventory:
             )
             if src.role == "console":
                 src = Source(shown, "console", src.size)
-            inv.sources.append((src, lambda: open(path, "rb")))
+            inv.sources.append((src, _file_opener(path)))
         return inv
     if not path.is_dir():
         raise InputError(f"not a file or folder: {path}")
@@ -186,16 +202,17 @@ def discover(path: Path, follow_symlinks: bool = False) -> Inventory:
             if _is_archive(name):
                 _add_archive(inv, full, rel)
                 continue
-            src = classify(rel, st_full.st_size)
-            if src is not None:
-                inv.sources.append((src, lambda f=full: open(f, "rb")))  # type: ignore[misc]
+            found = classify(rel, st_full.st_size)
+            if found is not None:
+                inv.sources.append((found, _file_opener(full)))
     _drop_copied_nodes(inv, path)
     return inv
 
 
 def _file_type(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    for test, name in kinds:
         if test(mode):
             return name
     return "special file"
@@ -210,7 +227,7 @@ def _digest(path: Path) -> str:
 
 
 def _drop_copied_nodes(inv: Inventory, root: Path) -> None:
-    """A run folder whose per-rank files are byte-identical to another's is a copy: its ranks would count twice."""
+    """A run folder whose per-rank files are byte-identical to another's is a copy: its ranks count twice."""
     by_node: dict[str, list[Source]] = defaultdict(list)
     for src, _ in inv.sources:
         if src.node is not None and src.archive is None:

@@ -90,8 +90,10 @@ def _torch_available() -> bool:
 
 
 def _cuda_devices() -> int:
-    import torch  # only here: `import logscope` must never need torch
-
+    try:
+        import torch  # only here: `import logscope` must never need torch
+    except ImportError as exc:
+        raise LogscopeError(f"{TORCH_MISSING} ({exc})") from None
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
 
@@ -207,8 +209,10 @@ class _Runner:
         log_dir = (s.log_dir / run_dir.name) if s.log_dir else run_dir / "logs"
         cases = _cases(s, world_size, self.notes)
         plan_path = run_dir / "plan.json"
+        # Resolved per run: each run gets a port of its own unless --master-port names one.
+        rendezvous = s.rendezvous.resolved()
         argv = torchrun_argv(
-            world_size // s.rendezvous.nnodes, s.rendezvous, plan_path, results, log_dir, bool(s.log_dir)
+            world_size // s.rendezvous.nnodes, rendezvous, plan_path, results, log_dir, bool(s.log_dir)
         )
         return cases, argv, plan_path, results, log_dir
 
@@ -432,7 +436,8 @@ def _replay(**opts: Any) -> int:
         rdzv_backend=o["rdzv_backend"],
         rdzv_endpoint=o["rdzv_endpoint"],
         rdzv_id=o["rdzv_id"],
-    ).resolved()
+    )
+    rendezvous.resolved()  # refuses an incomplete multi-node rendezvous before anything runs
     sizes = _world_sizes(spec, o["world_sizes"], o["nproc_per_node"], o["nnodes"], o["as_logged"])
     sweep_vars = None
     if o["sweep_env"]:

@@ -104,6 +104,7 @@ class _Progress:
     phase: str = "start"
     iteration: int | None = None
     deadline: float | None = None
+    budget_s: float = 0.0
     reported: set[int] = field(default_factory=set)
 
 
@@ -135,6 +136,7 @@ class _Reporter:
             self.progress.phase = phase
             self.progress.iteration = iteration
             self.progress.deadline = time.monotonic() + timeout_s
+            self.progress.budget_s = timeout_s
 
     def idle(self) -> None:
         with self._lock:
@@ -148,14 +150,14 @@ class _Reporter:
         return f"{p.case.op}{at} ({p.phase})"
 
 
-def _watchdog(reporter: _Reporter, timeout_s: float) -> None:
+def _watchdog(reporter: _Reporter) -> None:
     while True:
         time.sleep(0.05)
-        deadline = reporter.progress.deadline
-        if deadline is not None and time.monotonic() > deadline:
+        progress = reporter.progress
+        if progress.deadline is not None and time.monotonic() > progress.deadline:
             reporter.write(
-                reporter.progress.case,
-                {"status": "hang", "error": f"no progress for {timeout_s:g} s in {reporter.where()}"},
+                progress.case,
+                {"status": "hang", "error": f"no progress for {progress.budget_s:g} s in {reporter.where()}"},
             )
             os._exit(EXIT_HANG)
 
@@ -181,7 +183,7 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _fill_values(dtype: str, world_size: int) -> tuple[Callable[[int], int], Callable[[int], int]]:
+def fill_values(dtype: str, world_size: int) -> tuple[Callable[[int], int], Callable[[int], int]]:
     """(summand, tag): summand(r) is rank r's contribution to a reduction, all sums exact; tag(i) is a
     distinct exact non-zero value per rank or chunk, for ops that move data without reducing it."""
     limit = _EXACT_LIMIT[dtype]
@@ -202,7 +204,7 @@ class _Buffers:
         self.torch, self.dist, self.case = torch, dist, case
         self.rank, self.world, self.device = rank, world, device
         self.dtype = getattr(torch, case.dtype)
-        self.summand, self.tag = _fill_values(case.dtype, world)
+        self.summand, self.tag = fill_values(case.dtype, world)
         self.chunk = case.numel // world if world else 0
         self.element_size = torch.empty(0, dtype=self.dtype).element_size()
         self.skipped: str | None = None
@@ -454,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     # and the waiter below receives it synchronously even while the main thread sits inside a C++ collective.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     threading.Thread(target=_sigterm_waiter, args=(reporter,), daemon=True).start()
-    threading.Thread(target=_watchdog, args=(reporter, timeout_s), daemon=True).start()
+    threading.Thread(target=_watchdog, args=(reporter,), daemon=True).start()
 
     reporter.begin(None, "import torch", None, timeout_s + 60)
     import torch

@@ -17,6 +17,7 @@ from logscope.rules.loader import Rule
 
 PHASE_ORDER = {"launch": 0, "init": 1, "sync": 2, "train": 3, "end": 4, "fail": 5}
 MAX_EVIDENCE = 12
+SEVERITY_RANK = {"info": 0, "note": 1, "warning": 2, "error": 3, "critical": 4}
 REGEX_TIMEOUT_S = 0.05  # user regexes run with a timeout: catastrophic backtracking cannot hang the run
 
 
@@ -345,10 +346,46 @@ class _Values(dict[str, Any]):
         return "?"
 
 
+API_OPTYPE = {
+    "all_reduce": "ALLREDUCE", "broadcast": "BROADCAST", "broadcast_object_list": "BROADCAST",
+    "all_gather": "ALLGATHER", "all_gather_into_tensor": "_ALLGATHER_BASE", "all_gather_object": "ALLGATHER",
+    "reduce_scatter": "REDUCE_SCATTER", "reduce_scatter_tensor": "_REDUCE_SCATTER_BASE", "reduce": "REDUCE",
+    "all_to_all": "ALLTOALL", "all_to_all_single": "ALLTOALL_BASE", "barrier": "BARRIER", "monitored_barrier": "BARRIER",
+    "send": "SEND", "isend": "SEND", "recv": "RECV", "irecv": "RECV", "gather": "GATHER", "scatter": "SCATTER",
+}
+
+
+def _call_op(ctx: Context, rank: int | None) -> str | None:
+    """The collective a rank was in, from its traceback's last torch.distributed frame (gloo names no op)."""
+    calls = [e for e in ctx.by_kind.get("c10d_call", []) if e["rank"] == rank and e["_f"].get("api") in API_OPTYPE]
+    return API_OPTYPE[calls[-1]["_f"]["api"]] if calls else None
+
+
+def _describe_collective(c: dict[str, Any] | None) -> str:
+    if not c:
+        return "a collective"
+    text = str(c["op"] or "a collective")
+    if c["seq"] is not None:
+        text += f" SeqNum {c['seq']}"
+    extra = []
+    if c["numel_in"] is not None:
+        extra.append(f"{c['numel_in']} elements")
+    if c["timeout_ms"] is not None:
+        extra.append(f"timeout {c['timeout_ms']} ms")
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
 def _collective(ctx: Context, hit: Hit) -> dict[str, Any] | None:
     rows = [e for e in hit.events if e["op"] is not None or e["seq"] is not None]
     if not rows:
-        return None
+        op = next((o for o in (_call_op(ctx, e["rank"]) for e in hit.events) if o), None)
+        timeout = next((e["timeout_ms"] for e in hit.events if e["timeout_ms"] is not None), None)
+        if op is None and timeout is None:
+            return None
+        return {"op": op, "seq": None, "numel_in": None, "numel_out": None, "dtype": None, "timeout_ms": timeout,
+                "pg": None, "per_rank": [{"rank": e["rank"], "op": _call_op(ctx, e["rank"]), "seq": None,
+                                          "numel_in": None, "numel_out": None}
+                                         for e in hit.events if e["rank"] is not None][:64]}
     first = rows[0]
     per_rank = []
     seen: set[int] = set()
@@ -404,7 +441,10 @@ def finding(rule: Rule, ctx: Context, hit: Hit, input_path: str) -> dict[str, An
     first = hit.events[0] if hit.events else {}
     for name, value in (first.get("_f") or {}).items():
         values.setdefault(name, value)
+    world = ctx.job.get("world_size")
     values.update({
+        "collective_desc": _describe_collective(collective),
+        "world_sizes": ",".join(str(w) for w in sorted({1, 2, *([world] if world else [])})),
         "ranks": _ranks_text(sorted(hit.ranks)),
         "culprits": _ranks_text(culprits),
         "world_size": ctx.job.get("world_size") or "?",
@@ -412,6 +452,11 @@ def finding(rule: Rule, ctx: Context, hit: Hit, input_path: str) -> dict[str, An
         "text": first.get("text", ""),
     })
     values.update({k: _ranks_text(v) if isinstance(v, list) else v for k, v in hit.values.items()})
+    severity = hit.severity or rule.severity
+    attempts = [e["attempt"] for e in hit.events if e["attempt"] is not None]
+    if ctx.job.get("exit_code") == 0 and attempts and max(attempts) < ctx.final_attempt \
+            and SEVERITY_RANK[severity] > SEVERITY_RANK["warning"]:
+        severity = "warning"  # an earlier attempt failed and the elastic restart recovered
     confidence = rule.confidence * hit.confidence_factor
     if ctx.hidden:
         confidence *= 0.85
@@ -420,7 +465,7 @@ def finding(rule: Rule, ctx: Context, hit: Hit, input_path: str) -> dict[str, An
     return {
         "rule": rule.id,
         "category": rule.category,
-        "severity": hit.severity or rule.severity,
+        "severity": severity,
         "confidence": round(min(1.0, confidence), 2),
         "title": rule.title,
         "message": rule.message.format_map(values),

@@ -4,6 +4,7 @@ bare torchrun log folder, and runs that cannot be read."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tarfile
 import zipfile
@@ -169,6 +170,9 @@ def test_scan_summary_names_the_failure_classes_and_when_they_were_seen(
 def test_failure_classes_count_nodes_and_gpus_across_runs(analysed: Callable[[Path], Analysis]) -> None:
     duplicate_gpu = REAL_PUBLIC / "13_megatron_duplicate_gpu_interleaved"
     facts = scan.run_facts(analysed(duplicate_gpu))
+    printed = re.search(r"both on CUDA device ([0-9a-f]+)", (duplicate_gpu / "console.log").read_text())
+    assert printed is not None
+    assert facts["bus_ids"] == [printed[1]]  # the log names no host for it
     stamp = datetime(2026, 12, 1, tzinfo=timezone.utc)
     rows = [
         {

@@ -14,7 +14,7 @@ from logscope.errors import InputError, LogscopeError
 from logscope.replay.launch import ProbeRun, Rendezvous, checked_env, torchrun_argv
 from logscope.replay.result import fold_run, interconnect_class, load_replay, machine_name
 from logscope.replay.sweep import parse_variables, recommendation, run_sweep
-from logscope.replay.worker import _fill_values, bandwidths
+from logscope.replay.worker import bandwidths, fill_values
 
 
 @pytest.mark.parametrize(
@@ -287,8 +287,8 @@ def test_machine_name_says_cpu_only_without_gpus() -> None:
 @pytest.mark.parametrize(
     ("dtype", "world"), [("bfloat16", 4), ("bfloat16", 300), ("int8", 200), ("float16", 64)]
 )
-def test_fill_values_keep_every_partial_sum_exact(dtype: str, world: int) -> None:
-    summand, tag = _fill_values(dtype, world)
+def testfill_values_keep_every_partial_sum_exact(dtype: str, world: int) -> None:
+    summand, tag = fill_values(dtype, world)
     limit = {"bfloat16": 256, "int8": 127, "float16": 2048}[dtype]
     assert sum(summand(r) for r in range(world)) <= limit
     assert all(summand(r) >= 0 for r in range(world))

@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 
 from logscope.analysis import analyze
+from logscope.events.table import empty_events
 from logscope.model import Analysis
 from logscope.report import html
 
@@ -368,3 +369,11 @@ def test_a_rank_that_logged_no_value_is_not_a_disagreement(stall_page: Page) -> 
     # in the stall fixture only rank 0 logs its process-group timeout; rank 1's cell is empty, not different
     flags = _odd_flags(stall_page, "timeout ms")
     assert flags == {"0": False, "1": False}
+
+
+def test_a_diagnosis_without_events_or_ranks_still_renders(stall: Analysis) -> None:
+    bare = {**stall.diagnosis, "ranks": [], "findings": [], "checklist": [], "notes": []}
+    page = Page(html.render(Analysis(diagnosis=bare, events=empty_events(), ranks=pl.DataFrame(), notes=[])))
+    assert "No recognised events to place on a timeline." in page.text()
+    assert "No rule matched." in page.text()
+    assert page.text_of(data_testid="category") == bare["verdict"]["category"].replace("_", " ")

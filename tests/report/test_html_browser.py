@@ -48,6 +48,7 @@ class Browser:
             args=CHROMIUM_ARGS,
             viewport={"width": 1360, "height": 900},
         )
+        self.context.grant_permissions(["clipboard-read", "clipboard-write"])
         self.context.route("**/*", self._route)
         self.context.on("request", self._record)
 
@@ -153,6 +154,19 @@ def test_injected_script_in_a_log_line_does_not_run(browser: Browser, tmp_path: 
     assert shown.first.is_visible(), "the hostile line is shown as text"
     assert page.evaluate("typeof window.__pwned") == "undefined"
     _screenshot(page, tmp_path, "report-hostile.png")
+    browser.close(page)
+
+
+def test_copy_button_puts_the_next_step_command_on_the_clipboard(browser: Browser, tmp_path: Path) -> None:
+    analysis = analyze(STALL)
+    report = tmp_path / "stall.html"
+    report.write_text(html.render(analysis), encoding="utf-8")
+    page = browser.open(report)
+    page.locator("button[data-copy='next-command']").click()
+    assert (
+        page.evaluate("navigator.clipboard.readText()")
+        == analysis.diagnosis["verdict"]["next_step"]["command"]
+    )
     browser.close(page)
 
 

@@ -1,0 +1,86 @@
+"""The CLI contract: exit codes, formats, one clear line on bad input, python -m logscope."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+FAILING = "fixtures/real/runs/03_skip_allreduce_rank1_stall_gloo_timeout"
+HEALTHY = "fixtures/real/runs/01_healthy_ws2"
+
+
+def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "logscope", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_exit_codes() -> None:
+    assert run("analyze", HEALTHY, "-q").returncode == 0
+    failing = run("analyze", FAILING, "-q")
+    assert failing.returncode == 1 and "culprit rank(s): 1" in failing.stdout
+    missing = run("analyze", "no/such/dir")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip().count("\n") == 0 and "no such file or folder" in missing.stderr
+
+
+def test_fail_on_threshold() -> None:
+    recovered = "fixtures/real/runs/17_max_restarts_1_recovered"
+    assert run("analyze", recovered, "-q").returncode == 0  # a recovered restart is a warning
+    assert run("analyze", recovered, "-q", "--fail-on", "warning").returncode == 1
+
+
+def test_json_to_stdout_and_files(tmp_path: Path) -> None:
+    out = run("analyze", FAILING, "--format", "json")
+    d = json.loads(out.stdout)
+    assert d["schema"] == "logscope/diagnosis/v1" and d["verdict"]["culprit_ranks"] == [1]
+    target = tmp_path / "d.json"
+    assert run("analyze", FAILING, "-o", str(target)).returncode == 1
+    assert json.loads(target.read_text())["verdict"]["category"] == "collective_timeout"
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_empty_folder_and_folder_without_logs(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = run("analyze", str(empty))
+    assert r.returncode == 2 and "nothing that looks like a log" in r.stderr
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hi')\n")
+    assert run("analyze", str(tmp_path / "code")).returncode == 2
+
+
+@pytest.mark.parametrize("args", [["rules", "list"], ["rules", "show", "LS101"], ["rules", "lint"]])
+def test_rules_commands(args: list[str]) -> None:
+    r = run(*args)
+    assert r.returncode == 0, r.stderr
+    if args[1] == "show":
+        assert "What it detects" in r.stdout and "Why it matters" in r.stdout and "Example" in r.stdout
+
+
+def test_rules_lint_reports_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    text = (REPO / "rules/LS101_collective_timeout.yaml").read_text().replace("severity: error", "severity: error\nbogus: 1")
+    bad.write_text(text)
+    r = run("rules", "lint", str(bad))
+    assert r.returncode == 2 and f"{bad}:" in r.stderr and "unknown key 'bogus'" in r.stderr
+    assert r.stderr.split(":")[1].isdigit()
+
+
+def test_user_rules_folder_adds_a_rule(tmp_path: Path) -> None:
+    rule = (REPO / "rules/LS951_single_rank.yaml").read_text().replace("id: LS951", "id: USR001")
+    (tmp_path / "r.yaml").write_text(rule)
+    d = json.loads(run("analyze", "fixtures/real/runs/20_silent_single_rank_nproc1", "--format", "json",
+                       "--rules", str(tmp_path)).stdout)
+    assert {"LS951", "USR001"} <= {f["rule"] for f in d["findings"]}
+
+
+def test_docs_rules_md_is_generated_from_the_rules() -> None:
+    from logscope.rules.docs import rules_markdown
+
+    assert (REPO / "docs" / "rules.md").read_text() == rules_markdown(), "regenerate: python -m logscope.rules.docs > docs/rules.md"

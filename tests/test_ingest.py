@@ -1,0 +1,89 @@
+"""Input discovery: trees, consoles, archives read in place, tee copies counted once, hidden vs silent ranks."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+
+from logscope.analysis import analyze
+from tests.conftest import REPO, analysed
+
+RUN = REPO / "fixtures/real/runs/10_python_exception_rank1_record"
+
+
+def _tree_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def test_zip_and_targz_are_read_in_place_with_the_same_verdict(tmp_path: Path) -> None:
+    want = analysed(str(RUN.relative_to(REPO))).diagnosis["verdict"]
+    zpath = tmp_path / "artifact.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        for f in _tree_files(RUN):
+            zf.write(f, f.relative_to(RUN).as_posix())
+    tpath = tmp_path / "artifact.tar.gz"
+    with tarfile.open(tpath, "w:gz") as tf:
+        tf.add(RUN, arcname="run")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for archive in (zpath, tpath):
+        got = analyze(archive).diagnosis["verdict"]
+        assert (got["category"], got["culprit_ranks"]) == (want["category"], want["culprit_ranks"]), archive.name
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing unpacked next to them
+
+
+def test_single_gz_log(tmp_path: Path) -> None:
+    src = REPO / "fixtures/real/public/05_basicsr_allreduce_pgguid/console.log"
+    gz = tmp_path / "console.log.gz"
+    gz.write_bytes(gzip.compress(src.read_bytes()))
+    assert analyze(gz).diagnosis["verdict"]["category"] == "collective_timeout"
+
+
+def test_tee_copies_count_once() -> None:
+    a = analysed("fixtures/real/runs/01_healthy_ws2")
+    syncs = a.events.filter(a.events["kind"] == "sync_start")
+    assert sorted(syncs["rank"].to_list()) == [0, 1]  # the console's [defaultN]: copies were dropped
+    assert all(not s.endswith("console.log") for s in syncs["source"].to_list())
+
+
+def test_console_alone_gives_ranks_from_tee_prefixes(tmp_path: Path) -> None:
+    shutil.copy(REPO / "fixtures/real/runs/03_skip_allreduce_rank1_stall_gloo_timeout/console.log", tmp_path / "job.log")
+    d = analyze(tmp_path / "job.log").diagnosis
+    assert d["job"]["world_size"] == 2 and d["verdict"]["culprit_ranks"] == [1]
+
+
+def test_filtered_ranks_are_hidden_not_silent() -> None:
+    d = analysed("fixtures/runs/local_ranks_filter_ws2").diagnosis
+    status = {r["rank"]: r["status"] for r in d["ranks"]}
+    assert status[0] == "visible" and status.get(1) in ("hidden", "visible")
+    d2 = analysed("fixtures/real/public/05_basicsr_allreduce_pgguid").diagnosis
+    assert all(r["status"] == "visible" for r in d2["ranks"])
+
+
+def test_multinode_trees_map_global_ranks() -> None:
+    d = analysed("fixtures/runs/multinode_2x2").diagnosis
+    assert d["job"]["world_size"] == 4 and d["job"]["nnodes"] == 2
+    nodes = {r["rank"]: r["node"] for r in d["ranks"]}
+    assert nodes[0] == nodes[1] and nodes[2] == nodes[3] and nodes[0] != nodes[2]
+
+
+def test_attempts_are_counted_and_restart_recovery_is_a_warning() -> None:
+    d = analysed("fixtures/real/runs/17_max_restarts_1_recovered").diagnosis
+    assert d["job"]["attempts"] == 2 and d["job"]["exit_code"] == 0
+    crash = next(f for f in d["findings"] if f["rule"] == "LS701")
+    assert crash["severity"] == "warning" and "recovered" in crash["message"]
+
+
+def test_blocks_cut_long_lines_and_keep_line_numbers(tmp_path: Path) -> None:
+    from logscope.ingest.read import MAX_LINE_BYTES
+
+    log = tmp_path / "big.log"
+    with log.open("wb") as f:
+        f.write(b"x" * (MAX_LINE_BYTES + 10) + b"\n")
+        f.write(io.BytesIO((REPO / "fixtures/real/public/05_basicsr_allreduce_pgguid/console.log").read_bytes()).read())
+    a = analyze(log)
+    assert a.diagnosis["verdict"]["category"] == "collective_timeout"
+    assert min(a.events["line"].to_list()) >= 2
