@@ -94,7 +94,12 @@ class _Builder:
         for row in self.rows:
             if row["kind"] == "rdzv_field" and row["_f"].get("key") == "global_ranks":
                 rdzv_global = _int_list(row["_f"].get("value"))
-        stream_rank: dict[tuple[int, int | None], int] = {s: c.most_common(1)[0][0] for s, c in votes.items()}
+        # A console without tee prefixes interleaves every rank: its lines carry their own rank or none.
+        stream_rank: dict[tuple[int, int | None], int] = {
+            s: c.most_common(1)[0][0]
+            for s, c in votes.items()
+            if not (self.sources[s[0]].role == "console" and s[1] is None)
+        }
         # Per-rank file streams without identity lines: global = base(node) + local rank, as torchrun assigns it.
         locals_per_node: dict[str, set[int]] = defaultdict(set)
         for s in self.sources:
@@ -230,9 +235,11 @@ class _Builder:
                 flush()
                 entry = None
                 section = "root" if str(row["_f"].get("section", "")).startswith("Root") else "other"
-            elif kind == "child_failed_entry" and section is not None:
+            elif kind == "child_failed_entry":  # an excerpt may start below its section header
                 flush()
                 entry = {"idx": _int(row["_f"].get("idx")), "root_cause": section == "root"}
+                if section is None:
+                    section = "other"
                 entry_row = row
             elif kind == "child_failed_field" and entry is not None:
                 f = row["_f"]
@@ -246,6 +253,23 @@ class _Builder:
                     entry[str(f["key"])] = f.get("value")
         flush()
         self.rows = [r for r in self.rows if not r["kind"].startswith("child_failed_")] + synthesized
+
+    def propagate_process_groups(self) -> None:
+        """The watchdog line names no process group; the PG status line right after it does (same rank, SeqNum).
+
+        The group's GUID is global (the PG ID is a per-rank creation index), so it keys cross-rank comparisons.
+        """
+        pg_of: dict[tuple[int | None, int, int], str] = {}
+        for row in self.rows:
+            if row["kind"] == "nccl_pg_status" and row["seq"] is not None:
+                f = row["_f"]
+                pg = f.get("pg_guid") or f.get("pg")
+                if pg is not None:
+                    row["pg"] = str(pg)
+                    pg_of[(row["rank"], row["sid"], row["seq"])] = str(pg)
+        for row in self.rows:
+            if row["kind"] in ("nccl_watchdog_timeout", "nccl_blocking_wait_timeout") and row["pg"] is None:
+                row["pg"] = pg_of.get((row["rank"], row["sid"], row["seq"] or -1))
 
     def worker_failed_ranks(self) -> None:
         """torchrun's `failed (exitcode: N) local_rank: L` names a local rank of the agent's own node."""
@@ -312,13 +336,21 @@ class _Builder:
             framework = "skrl"
         elif any("rank" in f for f in sync_fields) or any("iteration" in f for f in fields_of["iteration"]):
             framework = "rsl_rl"
-        nccl_env: dict[str, str] = {}
-        for f in fields_of["nccl_env_set"]:
-            nccl_env[str(f.get("var"))] = str(f.get("value"))
-        for f in fields_of["config_values"]:
-            for key, value in f.items():
-                if key.startswith(("NCCL_", "TORCH_NCCL_")):
-                    nccl_env[key] = str(value)
+        per_var: dict[str, dict[str, str]] = defaultdict(dict)
+        for row in self.rows:
+            f = row["_f"]
+            who = "?" if row["rank"] is None else str(row["rank"])
+            if row["kind"] == "nccl_env_set" and f.get("var"):
+                per_var[str(f["var"])][who] = str(f.get("value"))
+            elif row["kind"] == "config_values":
+                for key, value in f.items():
+                    if key.startswith(("NCCL_", "TORCH_NCCL_")):
+                        per_var[key][who] = str(value)
+        # One value when the ranks agree; {rank: value} when they do not (e.g. a per-rank NCCL_HOSTID).
+        nccl_env: dict[str, object] = {
+            var: next(iter(vals.values())) if len(set(vals.values())) == 1 else dict(sorted(vals.items()))
+            for var, vals in sorted(per_var.items())
+        }
         ended = kinds["worker_group_finished"] > 0 or (
             bool(ranks) and all(info.get("ended") for info in ranks.values())
         )
@@ -462,6 +494,7 @@ class _Builder:
         self.assign_attempts()
         self.child_failures()
         self.worker_failed_ranks()
+        self.propagate_process_groups()
         self.order()
         self.assign_phases()
         per, _ = self.rank_table()

@@ -14,11 +14,13 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from logscope.analysis import analyze
 from logscope.compare import diff, scan
-from logscope.errors import LogscopeError, OutputError
+from logscope.errors import LogscopeError
 from logscope.outputs import write_atomic
+from logscope.rules.loader import load_rules
 
 TOOL_ERROR = 2
 # Width for output that is not a terminal (CI logs, files): rich would otherwise fold tables at 80 columns.
@@ -38,7 +40,7 @@ def _stdout() -> Console:
 
 
 def _fail(command: str, error: LogscopeError) -> typer.Exit:
-    typer.echo(f"logscope {command}: error: {error}", err=True)
+    typer.echo(f"logscope {command}: {error}", err=True)
     return typer.Exit(TOOL_ERROR)
 
 
@@ -58,8 +60,10 @@ def scan_command(
     """Analyse many runs (CI history) in parallel: which failures recur, on which nodes/GPUs, since when."""
     stderr = Console(stderr=True)
     try:
-        if out is not None and out.suffix.lower() not in (".parquet", ".csv"):
-            raise OutputError(f"{out}: the table must be .parquet or .csv")
+        if out is not None:
+            scan.check_table_path(out)
+        rules_dirs = [*(rules or [])]
+        load_rules(rules_dirs)  # a bad rule file is a tool error (exit 2), not an error on every run
         runs = scan.discover_runs(folder)
         if not runs:
             raise LogscopeError(f"{folder}: no runs found (no subfolders or archives)")
@@ -69,7 +73,7 @@ def scan_command(
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[last]}"),
+            TextColumn("{task.fields[last]}", markup=False),  # run names are file names, not markup
             console=stderr,
             transient=True,
         ) as progress:
@@ -78,7 +82,7 @@ def scan_command(
             def advance(row: dict[str, Any]) -> None:
                 progress.update(task, advance=1, last=f"{row['run']}: {row['verdict'] or 'unreadable'}")
 
-            table = scan.scan_runs(runs, [*(rules or [])], advance, max_workers=workers)
+            table = scan.scan_runs(runs, rules_dirs, advance, max_workers=workers)
         if out is not None:
             scan.write_table(table, out)
     except LogscopeError as exc:
@@ -87,7 +91,7 @@ def scan_command(
     for part in scan.summary_renderables(table):
         console.print(part)
     if out is not None:
-        console.print(f"table: {out} ({table.height} runs)")
+        console.print(Text(f"table: {out} ({table.height} runs)"))
 
 
 def diff_command(

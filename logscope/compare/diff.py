@@ -126,8 +126,9 @@ def _fields(raw: str | None) -> dict[str, Any]:
 
 
 def rank_config(events: pl.DataFrame) -> dict[int, dict[str, str]]:
-    """rank -> {setting: value} from the configuration lines each rank printed (the first value wins)."""
-    kinds = [*CONFIG_FIELDS, "config_values"]
+    """rank -> {setting: value} from the configuration lines each rank printed (the first value wins),
+    including the NCCL variables NCCL reports per rank ("NCCL_X set by environment to v")."""
+    kinds = [*CONFIG_FIELDS, "config_values", "nccl_env_set"]
     rows = events.filter(pl.col("kind").is_in(kinds) & pl.col("rank").is_not_null())
     config: dict[int, dict[str, str]] = {}
     for rank, kind, raw in rows.select("rank", "kind", "fields").iter_rows():
@@ -135,6 +136,8 @@ def rank_config(events: pl.DataFrame) -> dict[int, dict[str, str]]:
         fields = _fields(raw)
         if kind == "config_values":
             pairs = {key: str(value) for key, value in fields.items() if key not in IDENTITY_KEYS}
+        elif kind == "nccl_env_set":
+            pairs = {str(fields["var"]): str(fields["value"])} if fields.get("var") else {}
         else:
             pairs = {
                 ALTERNATIVE_SUFFIX.sub("", name): str(fields[name])
@@ -381,6 +384,8 @@ def render_html_page(comparison: dict[str, Any]) -> str:
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, dict):  # a setting whose value differs per rank: {"0": v0, "1": v1}
+        return ", ".join(f"rank {rank}: {item}" for rank, item in value.items())
     return "—" if value is None else str(value)
 
 

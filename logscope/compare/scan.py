@@ -192,26 +192,31 @@ def run_facts(analysis: Analysis) -> dict[str, Any]:
 
 
 def bus_ids(analysis: Analysis, failing: Iterable[int]) -> list[str]:
-    """The GPUs (PCI busId, as `host:busId` when the host is known) that the failing ranks ran on: from the
-    ranks table, and from any event that names a busId for one of them (NCCL init lines, "Duplicate GPU")."""
+    """The GPUs (PCI busId) that the failing ranks ran on, from the ranks table and from any event naming a
+    busId for one of them (NCCL init lines, "Duplicate GPU detected"). As `host:busId` when the rank's host is
+    known: the same busId on two hosts is two GPUs."""
     wanted = set(failing)
     if not wanted:
         return []
+    hosts = {
+        rank["rank"]: rank.get("host") for rank in analysis.diagnosis["ranks"] if rank["rank"] is not None
+    }
     found: set[str] = set()
 
-    def add(host: str | None, bus_id: object) -> None:
+    def add(rank: int, bus_id: object) -> None:
         if bus_id:
+            host = hosts.get(rank)
             found.add(f"{host}:{bus_id}" if host else str(bus_id))
 
     for rank in analysis.diagnosis["ranks"]:
         if rank["rank"] in wanted:
-            add(rank.get("host"), rank.get("bus_id"))
+            add(rank["rank"], rank.get("bus_id"))
     events = analysis.events.filter(pl.col("fields").str.contains('"bus_id"', literal=True))
-    for rank, raw in events.select("rank", "fields").iter_rows():
+    for event_rank, raw in events.select("rank", "fields").iter_rows():
         fields = json.loads(raw)
-        named = {rank, *(fields.get(key) for key in ("rank_a", "rank_b"))}
-        if wanted & {int(value) for value in named if value is not None}:
-            add(fields.get("host"), fields.get("bus_id"))
+        named = {event_rank, *(fields.get(key) for key in ("rank_a", "rank_b"))}
+        for rank in wanted & {int(value) for value in named if value is not None}:
+            add(rank, fields["bus_id"])
     return sorted(found)
 
 
@@ -260,13 +265,19 @@ def scan_runs(
     return pl.DataFrame(rows, schema=RUN_SCHEMA, orient="row") if rows else pl.DataFrame(schema=RUN_SCHEMA)
 
 
-def write_table(table: pl.DataFrame, out: Path) -> None:
-    suffix = out.suffix.lower()
-    if suffix not in (".parquet", ".csv"):
+def check_table_path(out: Path) -> Path:
+    """The folder the table goes to; raises before a long scan when the table could not be written."""
+    if out.suffix.lower() not in (".parquet", ".csv"):
         raise OutputError(f"{out}: the table must be .parquet or .csv")
     directory = out.parent if str(out.parent) else Path(".")
     if not directory.is_dir():
         raise OutputError(f"cannot write {out}: folder {directory} does not exist")
+    return directory
+
+
+def write_table(table: pl.DataFrame, out: Path) -> None:
+    directory = check_table_path(out)
+    suffix = out.suffix.lower()
     if suffix == ".csv":
         table = table.with_columns(
             pl.col(column).list.eval(pl.element().cast(pl.String)).list.join(";") for column in LIST_COLUMNS
@@ -359,9 +370,9 @@ def summary_renderables(table: pl.DataFrame) -> list[Any]:
                 str(item.runs) + (" (recurring)" if item.runs > 1 else ""),
                 _day(item.first_seen),
                 _day(item.last_seen),
-                _top(item.nodes),
-                _top(item.gpus),
-                _top(item.rules, limit=3),
+                Text(_top(item.nodes)),  # host names come from the logs: text, never rich markup
+                Text(_top(item.gpus)),
+                Text(_top(item.rules, limit=3)),
             )
         parts.append(grid)
     if unreadable.height:

@@ -25,6 +25,10 @@ BATCH_CHARS = 8 << 20
 MAX_TEXT = 2000
 CONTEXT = 2  # lines either side kept for warning/error events (evidence windows in reports)
 MAX_CONTEXT_PER_SOURCE = 400
+# What a new line looks like; a wrapped continuation does not (it starts mid-word or mid-number).
+_LINE_START = regex.compile(
+    r"\s*(?:[\[(]|Traceback|File \"|\d{4}-\d\d-\d\d|[DIWEC]\d{4} |[\w.-]+:\d+:\d+ |frame #|Exception raised|$)"
+)
 
 _KV = regex.compile(r"\b([A-Za-z_][\w.]*)=([^\s,;]+)")
 _EXC = regex.compile(r"^(?P<exc_type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): (?P<reason>.*)", regex.S)
@@ -48,6 +52,44 @@ def _fields(sig: Signature, m: regex.Match[str], text: str) -> dict[str, Any]:
         for key, value in _KV.findall(text):
             found.setdefault(key, value.rstrip(".:"))
     return found
+
+
+def _unwrap_fixed_width(frame: pl.DataFrame) -> pl.DataFrame:
+    """Re-join messages that a terminal or a paste hard-wrapped at a fixed width (a watchdog line broken mid-number).
+
+    A block is hard-wrapped when many of its lines have exactly the same length W >= 60 (padding spaces included).
+    Each such line is joined with the lines after it; the continuation rows become empty so line numbers stay put.
+    """
+    lengths = frame.select("b", pl.col("t").str.len_chars().alias("n"))
+    totals = lengths.group_by("b").len().rename({"len": "lines"})
+    widths = (
+        lengths.filter(pl.col("n") >= 60)
+        .group_by("b", "n")
+        .len()
+        .join(totals, on="b")
+        .filter((pl.col("len") >= 3) & (pl.col("len") * 4 >= pl.col("lines")))
+    )
+    if widths.height == 0:
+        return frame
+    width_of = {b: n for b, n in widths.sort("len").select("b", "n").iter_rows()}
+    texts = frame["t"].to_list()
+    blocks = frame["b"].to_list()
+    i = 0
+    while i < len(texts):
+        width = width_of.get(blocks[i])
+        if width is not None and len(texts[i]) == width:
+            j = i
+            parts = [texts[i]]
+            while (j + 1 < len(texts) and blocks[j + 1] == blocks[i] and len(parts[-1]) == width
+                   and not _LINE_START.match(texts[j + 1])):
+                j += 1
+                parts.append(texts[j])
+                texts[j] = ""
+            texts[i] = "".join(parts).rstrip(" ")
+            i = j + 1
+        else:
+            i += 1
+    return frame.with_columns(pl.Series("t", texts, dtype=pl.String))
 
 
 class Extractor:
@@ -92,6 +134,7 @@ class Extractor:
             .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("b").alias("off"))
             .with_row_index("row")
         )
+        frame = _unwrap_fixed_width(frame)
         candidates = frame.filter(pl.col("t").str.contains(self.catalogue.union_prefilter)).with_columns(
             pl.concat_list(self._hit_exprs).list.drop_nulls().alias("sigs")
         )

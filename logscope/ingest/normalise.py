@@ -18,6 +18,7 @@ _VIEWER_NO = re.compile(r" {0,7}\d{1,7}(?:\t| ?[|│] ?)")
 _RAY = re.compile(r"\((?P<actor>[A-Za-z_]\w*(?: pid=\d+)(?:, ip=[\w.:]+)?)\) ")
 _TEE = re.compile(r"\[(?!rank\d+\]:)(?P<role>[A-Za-z_][\w.-]*?)(?P<lrank>\d+)\]:")
 _GRANK = re.compile(r"\[rank(?P<grank>\d+)\]: ?")
+_GLUED_GRANK = re.compile(r"\[rank\d+\]:")
 _C10 = re.compile(
     r"\[(?P<sev>[FEWIV])(?:(?P<mmdd>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.\d{6,9})? [\w.+-]+\.(?:cpp|hpp|h|cc):\d+\] "
 )
@@ -82,6 +83,11 @@ def _epoch(date: str, hms: str) -> float | None:
 def normalise(raw: str) -> Line:
     """Strip ANSI colours and every stacked prefix from one logical line (no `\\n`, no `\\r`)."""
     text = ANSI.sub("", raw) if "\x1b" in raw else raw
+    if text[:1] in (" ", "\t"):
+        # Pasted into an indented code block: the prefixes start after the indentation.
+        stripped = text.lstrip(" \t")
+        if stripped[:1] in ("[", "(") and not stripped[1:2].isdigit():
+            text = stripped
     line = Line(text=text)
     prefixes: list[str] = []
     for _ in range(10):
@@ -139,6 +145,13 @@ def normalise(raw: str) -> Line:
         if m is None:
             break
         text = text[m.end() :]
+    if line.grank is None and "[rank" in text:
+        # A progress bar without a newline glues the next line onto it: "...40.17s/it][rank7]:[E ...] ..."
+        glued = _GLUED_GRANK.search(text)
+        if glued is not None and glued.start() > 0:
+            rest = normalise(text[glued.start() :])
+            rest.prefixes = (*prefixes, "glued", *rest.prefixes)
+            return rest
     line.text = text
     line.prefixes = tuple(prefixes)
     return line

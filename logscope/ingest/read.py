@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import IO
 
 from logscope.errors import InputError
 from logscope.ingest.sources import Inventory, Source, iter_tar
 
 BLOCK_BYTES = 8 << 20
+INFLATE_STEP = 1 << 16  # archive members: small read1() steps, so a truncated stream loses little
 MAX_LINE_BYTES = 4 << 20  # a longer line is cut there (a 50 MB single line must not hold the reader)
 MAX_ERROR_JSON_BYTES = 4 << 20
 MAX_ARCHIVE_BYTES = 64 << 30  # decompression limit per archive (all members together): a zip bomb stops here
@@ -114,17 +116,18 @@ class Reader:
         pending = b""
         line_no = 1
         first = True
+        stopped = False
+        read1 = getattr(handle, "read1", None) if src.archive else None
+        read_step = partial(read1, INFLATE_STEP) if read1 is not None else partial(handle.read, BLOCK_BYTES)
         while True:
-            try:
-                chunk = handle.read(BLOCK_BYTES)
-            except (OSError, EOFError) as exc:
-                stats.error = f"read stopped: {exc}"
-                self.notes.append(f"{src.path}: truncated ({exc}); read what came before")
-                chunk = b""
-            except Exception as exc:  # zlib.error, zipfile.BadZipFile on a corrupt member
-                stats.error = f"read stopped: {type(exc).__name__}: {exc}"
-                self.notes.append(f"{src.path}: corrupt data ({exc}); read what came before")
-                chunk = b""
+            chunk, failure = (b"", None) if stopped else _read_block(read_step)
+            stopped = failure is not None
+            if isinstance(failure, (OSError, EOFError)):
+                stats.error = f"read stopped: {failure}"
+                self.notes.append(f"{src.path}: truncated ({failure}); read what came before")
+            elif failure is not None:  # zlib.error, zipfile.BadZipFile on a corrupt member
+                stats.error = f"read stopped: {type(failure).__name__}: {failure}"
+                self.notes.append(f"{src.path}: corrupt data ({failure}); read what came before")
             if first and chunk:
                 first = False
                 if _looks_binary(chunk[:4096]):
@@ -141,7 +144,7 @@ class Reader:
             data = pending + chunk
             if not chunk:
                 if data:
-                    if stats.error is None and not data.endswith(b"\n"):
+                    if stats.error is None and src.role != "error_json" and not data.endswith(b"\n"):
                         stats.ends_mid_line = True
                         self.notes.append(f"{src.path}: ends mid-line (cut off while being written?)")
                     yield self._block(sid, src, line_no, data, stats, final=True)
@@ -178,9 +181,28 @@ class Reader:
         return Block(sid, src, line_no, text, final)
 
 
+def _read_block(read_step: Callable[[], bytes]) -> tuple[bytes, Exception | None]:
+    """About BLOCK_BYTES in steps; on a failure, what was read before it and the failure."""
+    pieces: list[bytes] = []
+    size = 0
+    while size < BLOCK_BYTES:
+        try:
+            piece = read_step()
+        except Exception as exc:  # a damaged stream raises zlib/zipfile/tarfile errors besides OSError
+            return b"".join(pieces), exc
+        if not piece:
+            break
+        pieces.append(piece)
+        size += len(piece)
+    return b"".join(pieces), None
+
+
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 11, 12, 13, 27))
+
+
 def _looks_binary(head: bytes) -> bool:
     """Mostly control bytes (not tab, newline, CR, ESC) means a binary file, not a log with a stray NUL."""
     if not head:
         return False
-    control = sum(1 for b in head if b < 9 or 13 < b < 27 or 27 < b < 32)
+    control = len(head) - len(head.translate(None, _CONTROL_BYTES))
     return control > len(head) // 10

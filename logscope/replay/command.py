@@ -26,6 +26,7 @@ from logscope.replay.result import (
     SCHEMA_ID,
     failure_line,
     fold_run,
+    load_replay,
     machine_facts,
     machine_name,
     run_outcome,
@@ -33,7 +34,10 @@ from logscope.replay.result import (
 from logscope.replay.spec import ALL_OPS, CollectiveSpec, canonical_dtype, canonical_op, spec_from_diagnosis
 from logscope.replay.sweep import SWEEP_VARIABLES, parse_variables, recommendation, run_sweep
 
+__all__ = ["load_replay", "register", "replay"]  # load_replay: for `analyze --with-replay`
+
 TORCH_MISSING = "torch is not installed: pip install 'logscope[replay]'"
+_PORT_ATTEMPTS = 3
 _SPLIT_OPS = ("reduce_scatter", "reduce_scatter_base", "all_to_all", "all_to_all_base")
 
 
@@ -228,14 +232,23 @@ class _Runner:
 
     def run(self, world_size: int, label: str, extra: dict[str, str]) -> dict[str, Any]:
         s = self.settings
-        cases, argv, plan_path, results, log_dir = self.prepare(world_size, label)
-        results.mkdir(parents=True)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        plan_path.write_text(json.dumps(self.plan(cases)), encoding="utf-8")
         nproc = world_size // s.rendezvous.nnodes
-        wall_limit = 90 + s.timeout_s * (2 + len(cases))
         rank_base = s.rendezvous.node_rank * nproc if s.rendezvous.is_static else None
-        probe = run_probe(argv, _run_env(s, extra), results, log_dir, wall_limit, rank_base)
+        for _ in range(_PORT_ATTEMPTS):
+            cases, argv, plan_path, results, log_dir = self.prepare(world_size, label)
+            results.mkdir(parents=True)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            plan_path.write_text(json.dumps(self.plan(cases)), encoding="utf-8")
+            wall_limit = 90 + s.timeout_s * (2 + len(cases))
+            probe = run_probe(argv, _run_env(s, extra), results, log_dir, wall_limit, rank_base)
+            # The free port we picked was taken before torchrun bound it: pick another one.
+            if (
+                not s.rendezvous.is_static
+                or s.rendezvous.master_port is not None
+                or "EADDRINUSE" not in probe.console
+            ):
+                break
+            self.notes.append(f"{label}: the rendezvous port was taken meanwhile; retried on another")
         expected = list(range(rank_base, rank_base + nproc)) if rank_base is not None else []
         folded = fold_run(probe, cases, expected, wall_limit)
         self.records.extend(probe.records)
@@ -437,7 +450,7 @@ def _replay(**opts: Any) -> int:
         rdzv_endpoint=o["rdzv_endpoint"],
         rdzv_id=o["rdzv_id"],
     )
-    rendezvous.resolved()  # refuses an incomplete multi-node rendezvous before anything runs
+    rendezvous.check()
     sizes = _world_sizes(spec, o["world_sizes"], o["nproc_per_node"], o["nnodes"], o["as_logged"])
     sweep_vars = None
     if o["sweep_env"]:

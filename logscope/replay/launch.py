@@ -59,15 +59,19 @@ class Rendezvous:
     def is_static(self) -> bool:
         return self.rdzv_backend in (None, "static")
 
-    def resolved(self) -> Rendezvous:
-        """Defaults filled in: loopback and a free port for one node; multi-node static needs both given."""
-        if not self.is_static:
-            return self
-        if self.nnodes > 1 and (self.master_addr is None or self.master_port is None):
+    def check(self) -> None:
+        """Refuse a static multi-node rendezvous that does not say where to meet."""
+        if self.is_static and self.nnodes > 1 and (self.master_addr is None or self.master_port is None):
             raise LogscopeError(
                 "a multi-node replay needs --master-addr and --master-port "
                 "(or --rdzv-backend and --rdzv-endpoint)"
             )
+
+    def resolved(self) -> Rendezvous:
+        """Defaults filled in: loopback and a free port for one node; multi-node static needs both given."""
+        self.check()
+        if not self.is_static:
+            return self
         return Rendezvous(
             nnodes=self.nnodes,
             node_rank=self.node_rank,
@@ -156,6 +160,7 @@ class ProbeRun:
     rank_errors: dict[int, str] = field(default_factory=dict)
     started_ranks: dict[int, int] = field(default_factory=dict)  # global rank -> local rank
     killed_leftovers: list[int] = field(default_factory=list)
+    launcher_error: str | None = None  # torchrun's own last error line (e.g. its rendezvous failed)
 
 
 def _kill_group(pgid: int, sig: signal.Signals) -> bool:
@@ -187,10 +192,13 @@ def _reap_workers(results_dir: Path) -> list[int]:
 
 def _rank_error(stderr_log: Path) -> str | None:
     try:
-        lines = stderr_log.read_text(encoding="utf-8", errors="replace").splitlines()
+        return _last_error(stderr_log.read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return None
-    lines = [line.strip() for line in lines if line.strip() and not _NOISE.search(line)]
+
+
+def _last_error(text: str) -> str | None:
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not _NOISE.search(line)]
     if not lines:
         return None
     chosen = next((line for line in reversed(lines) if "what():" in line), None)
@@ -275,6 +283,7 @@ def run_probe(
         wall_s=wall,
         console=console,
         killed_leftovers=killed,
+        launcher_error=_last_error(console),
     )
     for path in sorted(results_dir.glob("rank*.jsonl")):
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():

@@ -36,6 +36,8 @@ def _missing_record(run: ProbeRun, rank: int, wall_limit_s: float) -> dict[str, 
     if run.timed_out:
         return {"status": "hang", "error": f"the probe outlived its {wall_limit_s:g} s limit and was killed"}
     reason = run.rank_errors.get(rank)
+    if reason is None and not run.started_ranks and run.launcher_error:
+        reason = f"no rank started; torchrun: {run.launcher_error}"
     return {"status": "error", "error": reason or "the process ended without a report"}
 
 

@@ -169,8 +169,9 @@ def _chosen_finding(diagnosis: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _per_rank_calls(entries: Any, fallback_op: str, notes: list[str]) -> dict[int, RankCall]:
-    calls: dict[int, RankCall] = {}
+def _per_rank_calls(entries: Any, fallback_op: str, notes: list[str]) -> dict[int, tuple[str, int | None]]:
+    """rank -> (op, element count or None when that rank's log did not show it)."""
+    calls: dict[int, tuple[str, int | None]] = {}
     if not isinstance(entries, list):
         return calls
     for entry in entries:
@@ -188,9 +189,7 @@ def _per_rank_calls(entries: Any, fallback_op: str, notes: list[str]) -> dict[in
         numel = _int_or_none(entry.get("numel_in"))
         if numel is None:
             numel = _int_or_none(entry.get("numel_out"))
-        if numel is None or numel < 0:
-            continue
-        calls[rank] = RankCall(op=op, numel=numel)
+        calls[rank] = (op, numel if numel is not None and numel >= 0 else None)
     return calls
 
 
@@ -246,13 +245,18 @@ def spec_from_diagnosis(diagnosis: dict[str, Any], op_override: str | None = Non
     numel = _int_or_none(collective.get("numel_in"))
     if numel is None:
         numel = _int_or_none(collective.get("numel_out"))
-    per_rank = _per_rank_calls(per_rank_raw, op, notes)
-    if numel is None and per_rank:
-        numel = min(call.numel for call in per_rank.values())
+    calls = _per_rank_calls(per_rank_raw, op, notes)
+    known = [count for _, count in calls.values() if count is not None]
+    if numel is None and known:
+        numel = min(known)
     if numel is None:
         numel = 0 if op == "barrier" else DEFAULT_NUMEL
         if op != "barrier":
             notes.append(f"the logs give no element count; replaying {DEFAULT_NUMEL} elements")
+    # A rank whose log named the op but not the size issues the collective's size.
+    per_rank = {
+        rank: RankCall(call_op, numel if count is None else count) for rank, (call_op, count) in calls.items()
+    }
     dtype = "float32"
     dtype_name = collective.get("dtype")
     if isinstance(dtype_name, str) and dtype_name:

@@ -428,10 +428,9 @@ def _device_facts(torch: Any, device: Any) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(device)
         facts["device_name"] = props.name
         facts["bus_id"] = getattr(props, "pci_bus_id", None)
-        version = torch.cuda.nccl.version()
-        facts["nccl_version"] = (
-            ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
-        )
+        version = torch.cuda.nccl.version()  # (major, minor, patch[, suffix])
+        parts = version if isinstance(version, tuple) else (version,)
+        facts["nccl_version"] = ".".join(str(v) for v in parts if str(v))
     return facts
 
 

@@ -34,7 +34,7 @@ def render(analysis: Analysis) -> str:
 
 def escape_data(text: str) -> str:
     """Escape a command's message the way the Actions runner unescapes it."""
-    return _printable(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return printable(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def escape_property(text: str) -> str:
@@ -47,7 +47,8 @@ def command(name: str, properties: dict[str, str | int], message: str) -> str:
     return f"::{name}{' ' + props if props else ''}::{escape_data(message)}"
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
+    """`text` without ANSI escape sequences, other control characters turned into spaces."""
     return CONTROL.sub(" ", ANSI_ESCAPE.sub("", text))
 
 

@@ -52,7 +52,6 @@ PLOT_WIDTH = 760.0
 STATUS_WIDTH = 130.0
 AXIS_HEIGHT = 34.0
 LANE_HEIGHT = 22.0
-LANE_BAR_HEIGHT = 10.0
 MIN_PHASE_WIDTH = 46.0
 MIN_TICK_GAP = 40.0
 MIN_BAR_WIDTH = 6.0
@@ -96,7 +95,7 @@ def _span(start: int, end: int | None) -> str:
 
 
 def ranks_label(ranks: Sequence[int]) -> str:
-    """ "rank 3" / "ranks 1–7"; "no rank" when empty."""
+    """'rank 3' / 'ranks 1–7'; 'no rank' when empty."""
     if not ranks:
         return "no rank"
     return ("rank " if len(set(ranks)) == 1 else "ranks ") + rank_ranges(ranks)
@@ -176,10 +175,9 @@ class Timeline:
     width: float
     height: float
     collective_x: float | None
-    collective_label: str
+    collective_label: str  # empty when no lane marks the collective
     elided_lanes: int
     lane_count: int
-    rank_count: int
 
 
 def _view(analysis: Analysis) -> dict[str, Any]:
@@ -398,10 +396,11 @@ def _timeline(
         width=LABEL_WIDTH + PLOT_WIDTH + STATUS_WIDTH,
         height=AXIS_HEIGHT + max(1, len(lanes)) * LANE_HEIGHT + 8,
         collective_x=collective_x,
-        collective_label=_collective_label(collective),
+        collective_label=_collective_label(collective)
+        if collective_x is not None or any(m.kind == "collective" for lane in lanes for m in lane.marks)
+        else "",
         elided_lanes=lane_count - len(lanes),
         lane_count=lane_count,
-        rank_count=len({k for lane in lanes for k in lane.ranks}),
     )
 
 
@@ -413,7 +412,7 @@ def _row_key(row: dict[str, Any]) -> LaneKey:
 
 def _segments(
     slot_counts: dict[int, int], keys: pl.DataFrame
-) -> tuple[list[Segment], dict[int, tuple[float, float, int]]]:
+) -> tuple[list[Segment], dict[int, tuple[float, float]]]:
     """Phase segments left to right: a floor width each, plus a share that grows with its progress points."""
     present = sorted(slot_counts)
     if not present:
@@ -423,11 +422,10 @@ def _segments(
     total = sum(weights.values())
     x = LABEL_WIDTH
     segments: list[Segment] = []
-    geometry: dict[int, tuple[float, float, int]] = {}
+    geometry: dict[int, tuple[float, float]] = {}
     for phase_idx in present:
         width = min(PLOT_WIDTH, MIN_PHASE_WIDTH + spare * weights[phase_idx] / total)
-        n = slot_counts[phase_idx]
-        geometry[phase_idx] = (x, width, n)
+        geometry[phase_idx] = (x, width)
         segments.append(
             Segment(PHASES[phase_idx], round(x, 1), round(width, 1), _ticks(keys, phase_idx, x, width))
         )
@@ -457,7 +455,7 @@ def _ticks(keys: pl.DataFrame, phase_idx: int, x0: float, width: float) -> list[
     return []
 
 
-def _x_expression(geometry: dict[int, tuple[float, float, int]]) -> pl.Expr:
+def _x_expression(geometry: dict[int, tuple[float, float]]) -> pl.Expr:
     x0 = pl.col("phase_idx").replace_strict({p: g[0] for p, g in geometry.items()}, return_dtype=pl.Float64)
     width = pl.col("phase_idx").replace_strict(
         {p: g[1] for p, g in geometry.items()}, return_dtype=pl.Float64
@@ -605,11 +603,15 @@ COLLECTIVE_COLUMNS = (
 
 def _collective_view(events: pl.DataFrame, rank_rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Rank × last collective facts; identical ranks share a row; cells off the majority are marked."""
+    # each rank's last event that names an op (else its last one with a SeqNum): its facts stay together
     coll_events = events.filter(
         (pl.col("rank_key") >= 0) & (pl.col("op").is_not_null() | pl.col("seq").is_not_null())
-    )
-    last_coll = coll_events.group_by("attempt_key", "rank_key", maintain_order=True).agg(
-        pl.col("op", "seq", "numel_in", "numel_out", "pg").last()
+    ).with_columns(named_op=pl.col("op").is_not_null())
+    last_coll = (
+        coll_events.with_row_index("order")
+        .sort("named_op", "order")
+        .group_by("attempt_key", "rank_key")
+        .agg(pl.col("op", "seq", "numel_in", "numel_out", "pg").last())
     )
     timeouts = (
         events.filter((pl.col("rank_key") >= 0) & pl.col("timeout_ms").is_not_null())
@@ -869,7 +871,7 @@ def _rank_log_view(
         MAX_NOTABLE_ROWS_PER_RANK_VIEW - must.height
     )
     picked = pl.concat([must, notable]).unique(subset="pos")
-    tail = rows.tail(MAX_ROWS_PER_RANK_VIEW - picked.height)
+    tail = rows
     shown = pl.concat([picked, tail]).unique(subset="pos").sort("pos")
     out_rows = []
     previous = -1

@@ -13,10 +13,12 @@ from typing import Any
 import regex
 
 from logscope.model import Analysis
+from logscope.report.github import printable
 
 FAILING_SEVERITIES = ("warning", "error", "critical")
 
-# Characters XML 1.0 cannot carry at all (escaping does not help); log lines do contain some (ANSI ESC).
+# Characters XML 1.0 cannot carry at all, escaped or not (lone surrogates, U+FFFE/U+FFFF), left after
+# `printable` has removed ANSI sequences and control characters.
 NOT_XML = regex.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
@@ -36,8 +38,9 @@ def render(analysis: Analysis) -> str:
 
 
 def xml_text(text: str) -> str:
-    """`text` with the characters XML 1.0 forbids replaced by U+FFFD (ElementTree would write them raw)."""
-    return NOT_XML.sub("\ufffd", text)
+    """`text` without ANSI escape sequences, and with the characters XML 1.0 forbids replaced (ElementTree
+    would write them raw and the file would not parse)."""
+    return NOT_XML.sub("\ufffd", printable(text))
 
 
 def _properties(diagnosis: dict[str, Any]) -> ET.Element:

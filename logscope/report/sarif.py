@@ -6,7 +6,6 @@ validation checklist ride along in the run's property bag.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
@@ -14,6 +13,7 @@ from urllib.parse import quote
 
 from logscope import __version__
 from logscope.model import Analysis
+from logscope.rules.docs import rule_doc
 
 SARIF_SCHEMA_URI = (
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -58,18 +58,8 @@ def sarif_log(analysis: Analysis) -> dict[str, Any]:
     return {"$schema": SARIF_SCHEMA_URI, "version": "2.1.0", "runs": [run]}
 
 
-def _rule_doc(rule_id: str) -> dict[str, Any] | None:
-    """The rule's documentation from `logscope.rules.docs`, when that module exists and knows the rule."""
-    try:
-        docs = importlib.import_module("logscope.rules.docs")
-    except ImportError:
-        return None
-    doc: dict[str, Any] | None = docs.rule_doc(rule_id)
-    return doc
-
-
 def _rule_descriptor(rule_id: str, example_finding: dict[str, Any]) -> dict[str, Any]:
-    doc = _rule_doc(rule_id) or {}
+    doc = rule_doc(rule_id) or {}  # None for a rule from a --rules folder: the finding describes it
     title = doc.get("title") or example_finding["title"]
     what = doc.get("what") or example_finding["message"]
     help_parts = [part for part in (doc.get("why"), doc.get("example")) if part]

@@ -54,6 +54,8 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
     victim of the rank it was talking to.
     """
     comm = _comm_ranks(ctx)
+    if _all_ranks_aborted(ctx):
+        comm |= {e["rank"] for e in ctx.by_kind.get("child_failure", [])}
     causes: list[dict[str, Any]] = []
     for e in events:
         kind, rank, f = e["kind"], e["rank"], e["_f"]
@@ -76,11 +78,14 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
                 continue
         elif kind == "fatal_python_error" and rank in comm:
             continue
+        elif kind == "hydra_job_error" and (comm or any(c["kind"] != "hydra_job_error" for c in causes)):
+            continue  # Hydra's wrapper line says an exception escaped; the exception itself is the evidence
         causes.append(e)
     if not causes:
         return None
     # One cause per rank: prefer the event that says most (exception text over an exit code).
-    order = {"python_exception": 0, "error_file": 1, "rl_nan": 0, "segfault": 2, "fatal_python_error": 3,
+    order = {"python_exception": 0, "error_file": 1, "rl_nan": 0, "sim_cuda_error": 0, "segfault": 2,
+             "fatal_python_error": 3,
              "argparse_error": 0, "hydra_job_error": 4, "child_failure": 5}
     best: dict[Any, dict[str, Any]] = {}
     for e in causes:
@@ -197,8 +202,8 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
     last_it = {r: info["last_iteration"] for r, info in ctx.ranks.items() if info.get("last_iteration") is not None}
     culprits: list[int] = []
     last = progress[-1]
-    behind = sorted(r for r in ctx.visible if PHASE_ORDER.get(ctx.ranks[r].get("phase") or "", -1)
-                    < max(PHASE_ORDER.get(ctx.ranks[v].get("phase") or "", -1) for v in ctx.visible))
+    furthest = max((PHASE_ORDER.get(ctx.ranks[v].get("phase") or "", -1) for v in ctx.visible), default=-1)
+    behind = sorted(r for r in ctx.visible if PHASE_ORDER.get(ctx.ranks[r].get("phase") or "", -1) < furthest)
     if behind and len(behind) < len(ctx.visible):
         culprits = behind
     it_text = ", ".join(f"rank {r}: {i}" for r, i in sorted(last_it.items())) or "none printed"
@@ -228,7 +233,10 @@ def duplicate_device(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
             key = (e["node"] or ctx.ranks.get(e["rank"], {}).get("host"), str(device))
         by_device.setdefault(key, set()).add(e["rank"])
         rows.setdefault(key, []).append(e)
-    shared = {k: v for k, v in by_device.items() if len(v) > 1}
+    # NCCL hosts are what matters for busIds: a communicator spanning several NCCL hosts (nNodes > 1) may see
+    # the same busId on each of them legitimately.
+    multi_host = any(int(e["_f"].get("nnodes") or 1) > 1 for e in ctx.by_kind.get("nccl_comm_topology", []))
+    shared = {k: v for k, v in by_device.items() if len(v) > 1 and not (multi_host and k[1].startswith("busId"))}
     if not shared:
         return None
     ranks = sorted(set().union(*shared.values()))
@@ -280,11 +288,12 @@ def detail_mismatch(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
         return None
     e = events[0]
     f = e["_f"]
-    sigs = {int(f["rank_a"]): (f.get("op"), f.get("shape")), int(f["rank_b"]): (f.get("op_b"), f.get("shape_b"))}
-    for other in events[1:]:
+    sigs: dict[int, tuple[Any, Any]] = {}
+    for other in events:  # a pasted line may be cut before its "but Rank B is running" half
         g = other["_f"]
         sigs.setdefault(int(g["rank_a"]), (g.get("op"), g.get("shape")))
-        sigs.setdefault(int(g["rank_b"]), (g.get("op_b"), g.get("shape_b")))
+        if g.get("rank_b") is not None:
+            sigs.setdefault(int(g["rank_b"]), (g.get("op_b"), g.get("shape_b")))
     culprits: list[int] = []
     if len(sigs) >= 3:
         common = max(set(sigs.values()), key=list(sigs.values()).count)
@@ -293,9 +302,11 @@ def detail_mismatch(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
         seq = int(f["seq"])
         culprits = [r for r, (op, shape) in sigs.items() if breaks_own_pattern(ctx, r, seq, op, shape)]
     factor = 1.0
-    if not culprits:
+    if not culprits and len(sigs) >= 2:
         # Two ranks and no history of their collectives: either may have taken the other branch.
         culprits, factor = sorted(sigs), 0.7
+    elif not culprits:
+        factor = 0.6
     per_rank = ", ".join(f"rank {r}: {s[0]} [{s[1] or ''}]" for r, s in sorted(sigs.items()))
     return Hit(events, set(sigs), culprits=sorted(culprits), confidence_factor=factor,
                values={"seq": f.get("seq"), "per_rank": per_rank})
@@ -340,3 +351,61 @@ def different_collective_calls(
     per_rank = ", ".join(f"rank {r}: {api}" for r, api in sorted(calls.items()))
     return Hit(list(last.values()), set(calls), culprits=culprits, confidence_factor=factor,
                values={"per_rank": per_rank})
+
+
+@check("duplicate_gpu")
+def duplicate_gpu(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """NCCL's "Duplicate GPU detected": of the two ranks, the one not on cuda:<local_rank> is the culprit."""
+    if not events:
+        return None
+    named: set[int] = set()
+    for e in events:
+        for key in ("rank_a", "rank_b"):
+            if str(e["_f"].get(key, "")).isdigit():
+                named.add(int(e["_f"][key]))
+    misplaced = set()
+    for rank in named:
+        info = ctx.ranks.get(rank, {})
+        local = info.get("local_rank")
+        devs = {str(x["_f"].get("cuda_dev")) for x in ctx.by_kind.get("nccl_comm_init", [])
+                if x["rank"] == rank and x["_f"].get("cuda_dev") is not None}
+        if local is not None and devs and str(local) not in devs:
+            misplaced.add(rank)
+    culprits = sorted(misplaced or named)
+    return Hit(events, named | {e["rank"] for e in events if e["rank"] is not None}, culprits=culprits)
+
+
+def _all_ranks_aborted(ctx: Context) -> list[dict[str, Any]]:
+    """Every failed rank died of SIGABRT with no traceback: ProcessGroupNCCL's watchdog tearing them down."""
+    failures = [e for e in ctx.by_kind.get("child_failure", []) if e["exitcode"] not in (None, 0, -15)]
+    if len(failures) >= 2 and all(e["exitcode"] == -6 for e in failures):
+        own = [e for e in ctx.rows if e["kind"] in ("python_exception", "error_file", "segfault", "cuda_oom")]
+        if not own:
+            return failures
+    return []
+
+
+@check("all_ranks_aborted")
+def all_ranks_aborted(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    failures = _all_ranks_aborted(ctx)
+    if not failures or any(e["kind"] == "nccl_watchdog_timeout" for e in ctx.rows):
+        return None
+    return Hit(failures, {e["rank"] for e in failures if e["rank"] is not None}, culprits=[],
+               values={"count": len(failures)})
+
+
+@check("gpu_unusable_at_sync")
+def gpu_unusable_at_sync(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """Isaac Sim could not use a rank's GPU and the job never got past the initial parameter broadcast."""
+    if not events or not ctx.by_kind.get("sync_start") or ctx.by_kind.get("iteration"):
+        return None
+    culprits: set[int] = set()
+    for e in events:
+        if e["rank"] is not None:
+            culprits.add(e["rank"])
+        elif str(e["_f"].get("gpu", "")).isdigit():
+            culprits.add(int(e["_f"]["gpu"]))  # Kit numbers GPUs by local device, = the rank on one node
+    hit = Hit(events + ctx.by_kind["sync_start"][:2], culprits, culprits=sorted(culprits))
+    if ctx.job.get("nnodes") not in (None, 1):
+        hit.confidence_factor = 0.7
+    return hit

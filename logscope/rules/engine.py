@@ -300,6 +300,8 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
             return [1 - reporters[0]]
         peers = sorted(ctx.visible - set(reporters))
         return peers if len(peers) == 1 else []
+    if strategy in ("laggards", "laggards_or_silent_peers", "silent_peers") and ctx.job.get("world_size") == 1:
+        return reporters  # alone in the world: the rank timed out on its own collective
     if strategy in ("laggards", "laggards_or_silent_peers"):
         lag = _laggards(ctx, hit)
         if lag:

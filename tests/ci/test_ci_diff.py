@@ -165,3 +165,29 @@ def test_cli_exit_2_on_unreadable_runs_and_unwritable_html(compare_app: typer.Ty
     )
     assert unwritable.exit_code == 2
     assert "Traceback" not in unwritable.output
+
+
+GPU_WS1 = REPO / "fixtures" / "gpu" / "healthy_ws1"
+GPU_WS2_SHARED = REPO / "fixtures" / "gpu" / "healthy_ws2_hostid"  # two ranks on the one H200
+NCCL_ENV = re.compile(r"NCCL INFO (NCCL_\w+) set by environment to (\S+?)\.?$", re.M)
+
+
+def test_two_ranks_on_one_gpu_do_not_scale_throughput(analysed: Analysed) -> None:
+    """Real H200 runs: world size 1, then 2 ranks sharing the GPU. The total cannot double; V4 says so."""
+    comparison = diff.diff_runs(analysed(GPU_WS1), analysed(GPU_WS2_SHARED))
+    checks = {check["id"]: check for check in comparison["checks"]}
+    assert checks["V4"]["status"] == "fail"
+    assert "silently running one rank" in checks["V4"]["evidence"][-1]
+    rates_a, rates_b = rank0_rates(GPU_WS1), rank0_rates(GPU_WS2_SHARED)
+    tp = comparison["throughput"]
+    assert tp["a"]["per_rank"]["0"] == round(sum(rates_a) / len(rates_a), 1)
+    assert tp["b"]["per_rank"]["0"] == round(sum(rates_b) / len(rates_b), 1)
+    # the NCCL environment each run logged, read straight from rank 0's log
+    (log_a,) = GPU_WS1.glob("logs/*/attempt_0/0/stdout.log")
+    (log_b,) = GPU_WS2_SHARED.glob("logs/*/attempt_0/0/stdout.log")
+    env_a, env_b = dict(NCCL_ENV.findall(log_a.read_text())), dict(NCCL_ENV.findall(log_b.read_text()))
+    changed = {row["name"]: (row["a"], row["b"]) for row in diff.changed_only(comparison["nccl_env"])}
+    only_b = set(env_b) - set(env_a)
+    assert only_b and only_b <= set(changed)
+    for name in only_b:
+        assert changed[name][0] is None

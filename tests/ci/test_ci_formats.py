@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import xmlschema
 from logscope.analysis import analyze
 from logscope.model import Analysis
 from logscope.report import github, junit, sarif
+from logscope.rules.docs import rule_doc
 
 REPO = Path(__file__).resolve().parents[2]
 REAL_RUNS = REPO / "fixtures" / "real" / "runs"
@@ -103,16 +105,27 @@ def test_sarif_locations_point_at_the_evidence_lines_in_the_log_files(analysed: 
 
 
 def test_sarif_rule_descriptors_use_the_rule_docs_when_the_rules_have_them(analysed: Analysed) -> None:
-    docs = pytest.importorskip("logscope.rules.docs")
     for case in with_findings(analysed):
         for rule in json.loads(sarif.render(analysed(case)))["runs"][0]["tool"]["driver"]["rules"]:
-            doc = docs.rule_doc(rule["id"])
-            if doc is None:
-                continue
+            doc = rule_doc(rule["id"])
+            assert doc is not None, rule["id"]  # every rule that fires on the fixtures is a built-in one
             assert rule["shortDescription"]["text"] == doc["title"]
             assert rule["fullDescription"]["text"] == doc["what"]
             if doc.get("why"):
                 assert doc["why"] in rule["help"]["text"]
+
+
+def test_sarif_describes_a_rule_without_docs_from_its_finding(analysed: Analysed) -> None:
+    real = analysed(REAL_RUNS / "12_sigkill_rank1")
+    diagnosis = copy.deepcopy(real.diagnosis)
+    finding = diagnosis["findings"][0]
+    finding["rule"] = "TEAM001"  # a rule from a user's --rules folder has no built-in documentation
+    analysis = Analysis(diagnosis=diagnosis, events=real.events, ranks=real.ranks, notes=real.notes)
+    document = json.loads(sarif.render(analysis))
+    SARIF_VALIDATOR.validate(document)
+    (descriptor,) = [r for r in document["runs"][0]["tool"]["driver"]["rules"] if r["id"] == "TEAM001"]
+    assert descriptor["shortDescription"]["text"] == finding["title"]
+    assert descriptor["fullDescription"]["text"] == finding["message"]
 
 
 def test_sarif_uri_of_awkward_paths_is_a_relative_reference() -> None:
@@ -298,9 +311,7 @@ def test_github_log_text_cannot_inject_a_workflow_command(text: str, analysed: A
         name, properties, _ = command
         assert name == github.COMMANDS[finding["severity"]]
         assert set(properties) <= {"file", "line", "title"}
-        assert properties["title"].endswith(
-            github._printable(text)
-        )  # the hostile text stays inside its title
+        assert properties["title"].endswith(github.printable(text))  # the hostile text stays inside its title
     assert "\u2028" not in output
 
 
@@ -322,3 +333,30 @@ def test_github_a_real_traceback_with_a_hostile_message_stays_one_annotation(tmp
     assert any(message in text for text in shown), (
         "the exception line is the evidence, intact after unescaping"
     )
+
+
+def test_formats_of_an_archived_run_locate_evidence_inside_the_archive(tmp_path: Path) -> None:
+    source = REAL_RUNS / "12_sigkill_rank1"
+    archive = tmp_path / "artifact.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        for path in sorted(source.rglob("*")):
+            if path.is_file():
+                handle.write(path, path.relative_to(source).as_posix())
+    analysis = analyze(archive)
+    assert analysis.diagnosis["findings"]
+    run = json.loads(sarif.render(analysis))["runs"][0]
+    SARIF_VALIDATOR.validate({"version": "2.1.0", "runs": [run]})
+    uris = [
+        location["physicalLocation"]["artifactLocation"]["uri"]
+        for result in run["results"]
+        for location in result["locations"]
+    ]
+    assert uris and all(uri.startswith("artifact.zip!") for uri in uris)
+    with zipfile.ZipFile(archive) as handle:
+        members = set(handle.namelist())
+    assert all(unquote(uri).split("!", 1)[1] in members for uri in uris)
+    for line in runner_lines(github.render(analysis))[:-1]:
+        command = parse_command(line)
+        assert command is not None
+        assert command[1]["file"].startswith(f"{tmp_path.as_posix()}/artifact.zip!")
+    JUNIT_SCHEMA.validate(junit.render(analysis))

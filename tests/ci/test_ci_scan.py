@@ -26,10 +26,15 @@ REPO = Path(__file__).resolve().parents[2]
 REAL_RUNS = REPO / "fixtures" / "real" / "runs"
 REAL_PUBLIC = REPO / "fixtures" / "real" / "public"
 GENERATED_RUNS = REPO / "fixtures" / "runs"
+GPU_RUNS = [
+    REPO / "fixtures" / "gpu" / name for name in ("stall_rank1_watchdog_ws2_hostid", "oom_rank1_ws2_hostid")
+]
 
-FOLDER_RUNS = sorted(p for p in REAL_RUNS.iterdir() if p.is_dir()) + sorted(
-    p for p in REAL_PUBLIC.iterdir() if p.is_dir()
-)
+FOLDER_RUNS = [
+    *sorted(p for p in REAL_RUNS.iterdir() if p.is_dir()),
+    *sorted(p for p in REAL_PUBLIC.iterdir() if p.is_dir()),
+    *GPU_RUNS,
+]
 ZIPPED = GENERATED_RUNS / "sigkill_rank1"
 TARRED = GENERATED_RUNS / "python_exception_record"
 NESTED = GENERATED_RUNS / "healthy_ws2"
@@ -192,20 +197,47 @@ def test_failure_classes_count_nodes_and_gpus_across_runs(analysed: Callable[[Pa
     assert item.gpus == {gpu: 3 for gpu in facts["bus_ids"]}
 
 
+BUS_ID = re.compile(r"busId ([0-9a-f]+)")
+
+
+def test_scan_names_the_gpus_of_the_failing_ranks(
+    scanned: tuple[Result, pl.DataFrame], analysed: Callable[[Path], Analysis]
+) -> None:
+    _, table = scanned
+    rows = {row["run"]: row for row in table.iter_rows(named=True)}
+    for run in GPU_RUNS:
+        row = rows[run.name]
+        assert row["failing_ranks"], run.name
+        hosts = {rank["rank"]: rank["host"] for rank in analysed(run).diagnosis["ranks"]}
+        expected = set()
+        for rank in row["failing_ranks"]:
+            # NCCL's init lines in that rank's own log, read without logscope
+            (stdout,) = run.glob(f"logs/*/attempt_0/{rank}/stdout.log")
+            for bus_id in BUS_ID.findall(stdout.read_text()):
+                expected.add(f"{hosts[rank]}:{bus_id}" if hosts[rank] else bus_id)
+        assert expected and set(row["bus_ids"]) == expected, run.name
+        assert row["failing_nodes"] == sorted({hosts[rank] for rank in row["failing_ranks"] if hosts[rank]})
+
+
 def test_scan_writes_csv_with_list_columns_joined(
     history: History, compare_app: typer.Typer, tmp_path: Path
 ) -> None:
     small = tmp_path / "small"
     small.mkdir()
-    for source in FOLDER_RUNS[:3]:
-        shutil.copytree(source, small / source.name)
+    names = ["[/] not markup", *(source.name for source in FOLDER_RUNS[1:3])]  # run names are any file names
+    for name, source in zip(names, FOLDER_RUNS[:3], strict=True):
+        shutil.copytree(source, small / name)
     out = tmp_path / "runs.csv"
     result = CliRunner().invoke(compare_app, ["scan", str(small), "--out", str(out)])
     assert result.exit_code == 0, result.output
     table = pl.read_csv(out)
-    assert table.height == 3
-    assert table["run"].to_list() == [source.name for source in FOLDER_RUNS[:3]]
+    assert table["run"].to_list() == sorted(names)
     assert table.schema["rules"] == pl.String
+    parquet = tmp_path / "runs.parquet"
+    assert CliRunner().invoke(compare_app, ["scan", str(small), "--out", str(parquet)]).exit_code == 0
+    lists = pl.read_parquet(parquet)
+    expected = [";".join(rules) for rules in lists["rules"].to_list()]
+    assert table["rules"].fill_null("").to_list() == expected
 
 
 def _scan_args(case: str, tmp: Path) -> list[str]:
@@ -214,6 +246,10 @@ def _scan_args(case: str, tmp: Path) -> list[str]:
     if case == "empty-folder":
         (tmp / "nothing").mkdir()
         return [str(tmp / "nothing")]
+    if case == "bad-rule-file":
+        (tmp / "rules").mkdir()
+        (tmp / "rules" / "LS999_broken.yaml").write_text("id: [unclosed\n")
+        return [str(REAL_RUNS), "--rules", str(tmp / "rules")]
     if case == "bad-extension":
         return [str(REAL_RUNS), "--out", str(tmp / "runs.json")]
     return [str(REAL_RUNS), "--out", str(tmp / "no" / "such" / "runs.csv")]
@@ -224,6 +260,7 @@ def _scan_args(case: str, tmp: Path) -> list[str]:
     [
         ("missing-folder", "not a folder"),
         ("empty-folder", "no runs found"),
+        ("bad-rule-file", "LS999_broken.yaml"),
         ("bad-extension", ".parquet or .csv"),
         ("unwritable-output", "does not exist"),
     ],

@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from logscope.analysis import analyze
+from logscope.model import Analysis
 from logscope.report import html
 
 pytestmark = pytest.mark.browser
@@ -190,8 +192,37 @@ def test_collective_mismatch_report_highlights_the_disagreeing_op(browser: Brows
         "td => getComputedStyle(td).backgroundColor"
     )
     assert colour != plain
-    assert page.locator("#timeline svg g.lane").count() >= 2
+    assert page.locator("#timeline svg.lanes g.lane").count() >= 2
     _screenshot(page, tmp_path, "report-mismatch.png")
+    browser.close(page)
+
+
+def test_a_1024_rank_job_stays_readable(browser: Browser, tmp_path: Path) -> None:
+    # 1024 ranks made of the real fixture's lines: rank 1 keeps its own log, the others copy rank 0's
+    base = analyze(STALL)
+    rank0 = base.events.filter(pl.col("rank") == 0)
+    events = pl.concat(
+        [base.events.filter(pl.col("rank").ne_missing(0))]
+        + [rank0.with_columns(rank=pl.lit(r, dtype=pl.Int64)) for r in range(1024) if r != 1]
+    )
+    (row0,) = [r for r in base.diagnosis["ranks"] if r["rank"] == 0]
+    rows = [r for r in base.diagnosis["ranks"] if r["rank"] == 1]
+    rows += [{**row0, "rank": r, "local_rank": r % 8} for r in range(1024) if r != 1]
+    diagnosis = {**base.diagnosis, "ranks": sorted(rows, key=lambda r: r["rank"])}
+    report = tmp_path / "ranks1024.html"
+    report.write_text(html.render(Analysis(diagnosis, events, pl.DataFrame(rows), [])), encoding="utf-8")
+    page = browser.open(report)
+
+    lanes = page.locator("#timeline svg.lanes g.lane")
+    assert lanes.count() <= 4, "identical ranks share a lane"
+    assert page.locator(
+        "#timeline svg.lanes text.lane-label", has_text="ranks 0, 2–1023 identical"
+    ).is_visible()
+    height = page.locator("#timeline svg.lanes").bounding_box()["height"]
+    assert height < 300, "the timeline of 1024 ranks fits on one screen"
+    assert page.locator("#ranks tbody tr").count() == 1024
+    page.locator("#timeline").screenshot(path=str(tmp_path / "timeline-1024.png"))
+    _screenshot(page, tmp_path, "report-1024.png")
     browser.close(page)
 
 

@@ -4,11 +4,15 @@ protocol's order, folding per-rank records, and reading a replay result back."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from replay_helpers import collective, diagnosis, write_json
 
 from logscope.errors import InputError, LogscopeError
 from logscope.replay.launch import ProbeRun, Rendezvous, checked_env, torchrun_argv
@@ -261,7 +265,9 @@ def test_load_replay_reads_a_result_and_refuses_anything_else(tmp_path: Path) ->
         load_replay(tmp_path / "missing.json")
 
 
-DATA = Path(__file__).resolve().parent / "data"
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parents[1]
+DATA = TESTS / "data"
 
 
 def test_interconnect_from_a_real_pcie_topology_ignores_nothing_but_self() -> None:
@@ -294,3 +300,26 @@ def testfill_values_keep_every_partial_sum_exact(dtype: str, world: int) -> None
     assert all(summand(r) >= 0 for r in range(world))
     tags = [tag(i) for i in range(min(world, limit - 1))]
     assert len(set(tags)) == len(tags) and min(tags) >= 1 and max(tags) <= limit
+
+
+def test_without_torch_the_replay_refuses_in_one_line(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "d.json", diagnosis(collective("ALLREDUCE", 8076)))
+    # an import blocker: `import torch` fails and find_spec reports it absent, as on a machine without torch
+    code = (
+        "import sys; sys.modules['torch'] = None; "
+        f"sys.path.insert(0, {str(TESTS)!r}); from replay_helpers import make_app; "
+        f"make_app()(['replay', {str(path)!r}], prog_name='logscope')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "logscope: torch is not installed: pip install 'logscope[replay]'"
+    ]

@@ -116,3 +116,13 @@ def test_world_size_falls_back_to_the_highest_logged_rank() -> None:
 def test_something_that_is_not_a_diagnosis_is_refused() -> None:
     with pytest.raises(InputError, match="not a logscope diagnosis"):
         spec_from_diagnosis({"schema": "logscope/replay/v1"})
+
+
+def test_a_rank_whose_log_names_only_the_op_issues_the_collectives_size() -> None:
+    # the shape the rules give a wrong-collective finding: per-rank ops, no element counts
+    ranks = [
+        {"rank": 0, "op": "ALLREDUCE", "seq": None, "numel_in": None, "numel_out": None},
+        {"rank": 1, "op": "BROADCAST", "seq": None, "numel_in": None, "numel_out": None},
+    ]
+    spec = spec_from_diagnosis(diagnosis(collective("ALLREDUCE", None, ranks)))
+    assert spec.per_rank == {0: RankCall("all_reduce", 1024), 1: RankCall("broadcast", 1024)}
