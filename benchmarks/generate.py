@@ -1,12 +1,14 @@
 """Generate large, realistic torchrun log trees for the logscope benchmark.
 
-Every line shape below is copied from a real log: the torchrun runs in /work/shared/real-logs/runs, the public
-excerpts in /work/shared/real-logs/public, and the verbatim examples in shared/reference/torch_logs.md (§1.3, §1.4,
-§2.4, §3.3, §4.2) and isaaclab.md (§3.1, §4.1). Only the numbers vary (seeded), so lines are not identical.
+Every line shape below is copied from a real log: the torchrun runs in /work/shared/real-logs/runs, the
+public excerpts in /work/shared/real-logs/public, and the verbatim examples in shared/reference/torch_logs.md
+(§1.3, §1.4, §2.4, §3.3, §4.2) and isaaclab.md (§3.1, §4.1). Only the numbers vary (seeded), so lines are not
+identical.
 
-Speed: each file is written from a template of a few MB that holds literal text and a few "slots" (timestamps,
-iteration numbers, epochs). The template is rendered again for every repetition with its counters advanced, and
-streamed to disk, so an 8 GB case needs neither 8 GB of memory nor per-line Python work for most of its bytes.
+Speed: each file is written from a template of a few MB that holds literal text and a few "slots"
+(timestamps, iteration numbers, epochs). The template is rendered again for every repetition with its counters
+advanced, and streamed to disk, so an 8 GB case needs neither 8 GB of memory nor per-line Python work for most
+of its bytes.
 
     python benchmarks/generate.py 8x128MB 1024x256KB single-2GB targz-1GB
     python benchmarks/generate.py --list
@@ -28,9 +30,13 @@ from pathlib import Path
 
 GENERATOR_VERSION = 1
 DATA_DIR = Path(__file__).resolve().parent / "data"
-TEMPLATE_BYTES = 4 << 20  # one rendered repetition; large enough that the per-repetition overhead is negligible
+TEMPLATE_BYTES = (
+    4 << 20
+)  # one rendered repetition; large enough that the per-repetition overhead is negligible
 RANKS_PER_NODE = 8
-RUN_START = 1752048000.0  # 2025-07-09 08:00:00 UTC: the date of the real 2.6-2.10 cascade quoted in torch_logs.md
+RUN_START = (
+    1752048000.0  # 2025-07-09 08:00:00 UTC: the date of the real 2.6-2.10 cascade quoted in torch_logs.md
+)
 RUN_SECONDS = 9 * 3600.0  # nominal wall-clock span of every generated run
 STDOUT_SHARE = 0.8  # NCCL INFO, Kit and rsl_rl go to stdout; tqdm and the c10 logger to stderr
 
@@ -58,7 +64,7 @@ def parse_size(text: str) -> int:
 
 
 def parse_case(name: str) -> Case:
-    """`<N>x<size>` is a per-rank tree; `single-<size>` one console file of 8 ranks; `targz-<size>` an archive."""
+    """`<N>x<size>`: a per-rank tree; `single-<size>`: one console file of 8 ranks; `targz-<size>`: an archive."""
     if name.startswith("single-"):
         return Case(name, "console", RANKS_PER_NODE, parse_size(name[len("single-") :]) // RANKS_PER_NODE)
     if name.startswith("targz-"):
@@ -72,12 +78,12 @@ def parse_case(name: str) -> Case:
 STANDARD_CASES = ("8x128MB", "8x1GB", "1024x256KB", "single-2GB", "targz-1GB")
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Templates: literal text with counter slots, rendered once per repetition.
 
 
 class SlotKind:
-    """Each slot renders `(rep, base)` to text; `base` is what the template fixed (an index or a time fraction)."""
+    """Renders `(rep, base)` to text; `base` is what the template fixed (an index or a time fraction)."""
 
     def __init__(self, render: Callable[[int, float], str]) -> None:
         self.render = render
@@ -106,7 +112,7 @@ class Template:
 
     def render(self, rep: int) -> bytes:
         pieces: list[str] = [self._parts[0]]
-        for (kind, base), literal in zip(self._slots, self._parts[1:]):
+        for (kind, base), literal in zip(self._slots, self._parts[1:], strict=True):
             pieces.append(kind.render(rep, base))
             pieces.append(literal)
         return "".join(pieces).encode("utf-8")
@@ -114,7 +120,7 @@ class Template:
 
 @dataclass
 class Timeline:
-    """Maps (repetition, fraction of a repetition) to wall-clock seconds; every file of a run spans RUN_SECONDS."""
+    """Maps (repetition, fraction of one) to wall-clock seconds; every file of a run spans RUN_SECONDS."""
 
     reps: int = 1
 
@@ -127,7 +133,7 @@ def kit_datetime(epoch: float) -> str:
 
 
 def c10_header(epoch: float, ns: int, level: str, source: str) -> str:
-    """`[E709 17:05:38.162555850 ProcessGroupNCCL.cpp:632] ` — month not zero-padded, monotonic nanoseconds."""
+    """`[E709 17:05:38.162555850 ProcessGroupNCCL.cpp:632] `: month not zero-padded, monotonic ns."""
     tm = time.gmtime(epoch)
     return f"[{level}{tm.tm_mon * 100 + tm.tm_mday} {time.strftime('%H:%M:%S', tm)}.{ns:09d} {source}] "
 
@@ -136,7 +142,7 @@ def hms(seconds: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(max(seconds, 0.0)))
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Line shapes.
 
 KIT_WARNINGS = (  # isaaclab.md §4.1, verbatim channel + message
@@ -167,13 +173,17 @@ class RankIdentity:
 def identity(rank: int, world: int, seed: int) -> RankIdentity:
     rng = random.Random(f"{seed}:identity:{rank}")
     node = rank // RANKS_PER_NODE
-    return RankIdentity(rank, rank % RANKS_PER_NODE, node, world, f"gpu-node-{node:03d}", rng.randrange(2000, 99000))
+    return RankIdentity(
+        rank, rank % RANKS_PER_NODE, node, world, f"gpu-node-{node:03d}", rng.randrange(2000, 99000)
+    )
 
 
 class Writer:
     """Emits lines (each with the console prefix, if any) into a template; owns the counters' slot kinds."""
 
-    def __init__(self, template: Template, timeline: Timeline, rng: random.Random, iters_per_rep: int) -> None:
+    def __init__(
+        self, template: Template, timeline: Timeline, rng: random.Random, iters_per_rep: int
+    ) -> None:
         self.t = template
         self.timeline = timeline
         self.rng = rng
@@ -182,7 +192,9 @@ class Writer:
         self.iterations_total = 1
         self.epochs_per_rep = 1
         self.kit_date = SlotKind(lambda rep, frac: kit_datetime(self.timeline.at(rep, frac)))
-        self.kit_uptime = SlotKind(lambda rep, frac: f"{int((self.timeline.at(rep, frac) - RUN_START) * 1000):,}")
+        self.kit_uptime = SlotKind(
+            lambda rep, frac: f"{int((self.timeline.at(rep, frac) - RUN_START) * 1000):,}"
+        )
         self.iteration = SlotKind(self._iteration_header)
         self.timesteps = SlotKind(lambda rep, j: str((rep * self.iters_per_rep + int(j) + 1) * 98304))
         self.elapsed = SlotKind(lambda rep, frac: hms(self.timeline.at(rep, frac) - RUN_START))
@@ -197,12 +209,12 @@ class Writer:
     def line(self, text: str) -> None:
         self.t.text(self.prefix + text + "\n")
 
-    # -- NCCL (torch_logs.md §4.2; NCCL_DEBUG=INFO goes to stdout) --------------------------------------------
+    # -- NCCL (torch_logs.md §4.2; NCCL_DEBUG=INFO goes to stdout) ----------------------------------
     def nccl_header(self, who: RankIdentity) -> None:
         head = f"{who.host}:{who.pid}:{who.pid} [{who.local_rank}] NCCL INFO "
         self.line(head + "Bootstrap: Using enp6s0:192.168.68.52<0>")
         self.line(head + "cudaDriverVersion 12090")
-        self.line(f"NCCL version 2.21.5+cuda12.4")
+        self.line("NCCL version 2.21.5+cuda12.4")
         self.line(head + "NET/IB : Using [RO]; OOB enp6s0:192.168.68.52<0>")
         self.line(head + "Using network Socket")
         self.line(head + "Comm config Blocking set to 1")
@@ -211,12 +223,14 @@ class Writer:
         rng = self.rng
         tid = who.pid + rng.randrange(1, 400) if rng.random() < 0.5 else who.pid
         head = f"{who.host}:{who.pid}:{tid} [{who.local_rank}] NCCL INFO "
-        comm = f"0x{rng.randrange(0x10000000, 0x7fffffff):x}"
+        comm = f"0x{rng.randrange(0x10000000, 0x7FFFFFFF):x}"
         comm_id = f"0x{rng.getrandbits(64):016x}"
         bus = f"{(who.local_rank + 1) * 0x100000 + rng.choice((0, 0x1000)):x}"
         nranks = who.world
         api = rng.choice(("ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommSplit"))
-        ident = f"comm {comm} rank {who.rank} nranks {nranks} cudaDev {who.local_rank} nvmlDev {who.local_rank}"
+        ident = (
+            f"comm {comm} rank {who.rank} nranks {nranks} cudaDev {who.local_rank} nvmlDev {who.local_rank}"
+        )
         self.line(f"{head}{api} {ident} busId {bus} commId {comm_id} - Init START")
         self.line(f"{head}Setting affinity for GPU {who.local_rank} to ffff,ff000000")
         nodes = max(1, (nranks + RANKS_PER_NODE - 1) // RANKS_PER_NODE)
@@ -235,7 +249,10 @@ class Writer:
         for ch in range(channels):
             peer_local = nxt % RANKS_PER_NODE
             if nxt // RANKS_PER_NODE == who.node:
-                self.line(f"{head}Channel {ch:02d}/0 : {who.rank}[{who.local_rank}] -> {nxt}[{peer_local}] via P2P/IPC")
+                self.line(
+                    f"{head}Channel {ch:02d}/0 : {who.rank}[{who.local_rank}] -> {nxt}[{peer_local}] "
+                    "via P2P/IPC"
+                )
             else:
                 self.line(
                     f"{head}Channel {ch:02d}/0 : {who.rank}[{who.local_rank}] -> {nxt}[{peer_local}] "
@@ -250,9 +267,14 @@ class Writer:
 
     # -- Isaac Sim / Kit (isaaclab.md §4.1) ---------------------------------------------------------------
     def kit_startup(self) -> None:
-        self.line("[INFO][AppLauncher]: Loading experience file: /workspace/isaaclab/apps/isaaclab.python.headless.kit")
+        self.line(
+            "[INFO][AppLauncher]: Loading experience file: "
+            "/workspace/isaaclab/apps/isaaclab.python.headless.kit"
+        )
         self.line("Loading user config located at: '/isaac-sim/kit/data/Kit/Isaac-Sim/4.5/user.config.json'")
-        self.line("[Info] [carb] Logging to file: /isaac-sim/kit/logs/Kit/Isaac-Sim/4.5/kit_20250709_080000.log")
+        self.line(
+            "[Info] [carb] Logging to file: /isaac-sim/kit/logs/Kit/Isaac-Sim/4.5/kit_20250709_080000.log"
+        )
 
     def kit_warning(self, frac: float) -> None:
         channel, message = self.rng.choice(KIT_WARNINGS)
@@ -262,7 +284,7 @@ class Writer:
         self.t.slot(self.kit_uptime, frac, 10)
         self.t.text(f"ms] [Warning] [{channel}] {message}\n")
 
-    # -- rsl_rl OnPolicyRunner.log, v2.x format (isaaclab.md §3.1 (a)), rank 0 only ---------------------------
+    # -- rsl_rl OnPolicyRunner.log, v2.x format (isaaclab.md §3.1 (a)), rank 0 only ----------------
     def rsl_rl_iteration(self, j: int, frac: float) -> None:
         rng, pad = self.rng, 35
         collection, learning = rng.uniform(0.8, 1.6), rng.uniform(0.2, 0.5)
@@ -272,7 +294,10 @@ class Writer:
         self.t.text("\n")
         self.line("")
         fps = 98304 / (collection + learning)
-        self.line(f"{'Computation:':>{pad}} {fps:.0f} steps/s (collection: {collection:.3f}s, learning {learning:.3f}s)")
+        self.line(
+            f"{'Computation:':>{pad}} {fps:.0f} steps/s "
+            f"(collection: {collection:.3f}s, learning {learning:.3f}s)"
+        )
         self.line(f"{'Mean action noise std:':>{pad}} {rng.uniform(0.3, 1.0):.2f}")
         self.line(f"{'Mean value_function loss:':>{pad}} {rng.uniform(0.001, 0.4):.4f}")
         self.line(f"{'Mean surrogate loss:':>{pad}} {rng.uniform(-0.02, 0.01):.4f}")
@@ -307,14 +332,15 @@ class Writer:
             if n == 0:
                 stats = "00:00<?, ?it/s"
             else:
-                stats = f"{hms(n / rate)[3:]}<{hms((total - n) / rate)[3:]}, {rate * rng.uniform(0.9, 1.1):.2f}it/s"
+                speed = rate * rng.uniform(0.9, 1.1)
+                stats = f"{hms(n / rate)[3:]}<{hms((total - n) / rate)[3:]}, {speed:.2f}it/s"
             self.t.text("\rEpoch ")
             self.t.slot(self.epoch, j, 4)
             self.t.text(f": {done * 100:3.0f}%|{bar}| {n}/{total} [{stats}]")
         self.t.text("\n")
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The failure at the end (torch_logs.md §3.3, torch 2.6-2.10 wording) and torchrun's summary (§1.4, §2.4).
 
 
@@ -332,8 +358,13 @@ def plan_failure(world: int, seed: int) -> Failure:
     culprit = rng.randrange(1, world) if world > 1 else 0  # not rank 0, which is where most tools look first
     others = [r for r in range(world) if r != culprit]
     detectors = tuple(sorted(rng.sample(others, min(3, len(others)))))
-    return Failure(culprit, detectors, rng.randrange(20000, 90000), rng.randrange(1_000_000, 9_000_000),
-                   RUN_START + RUN_SECONDS)
+    return Failure(
+        culprit,
+        detectors,
+        rng.randrange(20000, 90000),
+        rng.randrange(1_000_000, 9_000_000),
+        RUN_START + RUN_SECONDS,
+    )
 
 
 def cascade_lines(who: RankIdentity, failure: Failure, rng: random.Random) -> list[str]:
@@ -341,34 +372,50 @@ def cascade_lines(who: RankIdentity, failure: Failure, rng: random.Random) -> li
     pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {r}]"
     when = failure.when + rng.uniform(0.0, 0.4)
     ns = rng.randrange(10**8, 9 * 10**8)
-    line_no = {"wd": 632, "status": 2271, "fr": 670, "first": 2106, "dump": 1746, "prep": 1536, "some": 684,
-               "down": 698, "term": 1899}
+    line_no = {
+        "wd": 632,
+        "status": 2271,
+        "fr": 670,
+        "first": 2106,
+        "dump": 1746,
+        "prep": 1536,
+        "some": 684,
+        "down": 698,
+        "term": 1899,
+    }
 
     def c10(key: str, step: int) -> str:
-        return f"[rank{r}]:" + c10_header(when + step * 0.0003, ns + step * 17000, "E",
-                                          f"ProcessGroupNCCL.cpp:{line_no[key]}")
+        return f"[rank{r}]:" + c10_header(
+            when + step * 0.0003, ns + step * 17000, "E", f"ProcessGroupNCCL.cpp:{line_no[key]}"
+        )
 
     if r == failure.culprit:
-        # The rank one behind never enqueued `seq`; it only hears about the timeout from a peer (§3.3, last part).
+        # The rank one behind never enqueued `seq`; it only hears of the timeout from a peer (§3.3, end).
         return [
             c10("dump", 0) + f"{pg} Observed flight recorder dump signal from another rank via TCPStore.",
             c10("dump", 1) + f"{pg} Received a dump signal due to a collective timeout from  rank "
-            f"{failure.detectors[0]} and we will try our best to dump the debug info. Last enqueued NCCL work: "
-            f"{seq - 1}, last completed NCCL work: {seq - 1}.This is most likely caused by incorrect usages of "
-            "collectives, e.g., wrong sizes used across ranks, the order of collectives is not same for all ranks "
-            "or the scheduled collective, for some reason, didn't run. Additionally, this can be caused by GIL "
-            "deadlock or other reasons such as network errors or bugs in the communications library (e.g. NCCL), "
-            "etc. ",
+            f"{failure.detectors[0]} and we will try our best to dump the debug info. "
+            f"Last enqueued NCCL work: {seq - 1}, last completed NCCL work: {seq - 1}."
+            "This is most likely caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, "
+            "the order of collectives is not same for all ranks or the scheduled collective, for some reason, "
+            "didn't run. Additionally, this can be caused by GIL deadlock or other reasons such as network errors "
+            "or bugs in the communications library (e.g. NCCL), etc. ",
         ]
     ran_for = 600000 + rng.randrange(0, 90)
-    work = (f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn={failure.numel}, NumelOut={failure.numel}, "
-            f"Timeout(ms)=600000)")
-    timeout = f"[Rank {r}] Watchdog caught collective operation timeout: {work} ran for {ran_for} milliseconds before timing out."
+    work = (
+        f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn={failure.numel}, NumelOut={failure.numel}, "
+        f"Timeout(ms)=600000)"
+    )
+    timeout = (
+        f"[Rank {r}] Watchdog caught collective operation timeout: {work} ran for {ran_for} milliseconds "
+        "before timing out."
+    )
     return [
         c10("wd", 0) + timeout,
         c10("status", 1) + f"{pg}  failure detected by watchdog at work sequence id: {seq} PG status: "
         f"last enqueued work: {seq}, last completed work: {seq - 1}",
-        c10("fr", 2) + "Stack trace of the failed collective not found, potentially because FlightRecorder is "
+        c10("fr", 2)
+        + "Stack trace of the failed collective not found, potentially because FlightRecorder is "
         "disabled. You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value.",
         c10("first", 3) + f"{pg} First PG on this rank to signal dumping.",
         c10("some", 4) + f"[Rank {r}] Some NCCL operations have failed or timed out. Due to the asynchronous "
@@ -377,8 +424,9 @@ def cascade_lines(who: RankIdentity, failure: Failure, rng: random.Random) -> li
         c10("term", 6) + f"{pg} Process group watchdog thread terminated with exception: {timeout}",
         "Exception raised from checkTimeout at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:635 "
         "(most recent call first):",
-        "frame #0: c10::Error::Error(c10::SourceLocation, std::__cxx11::basic_string<char, std::char_traits<char>, "
-        "std::allocator<char> >) + 0x98 (0x7f92e62535e8 in /opt/conda/lib/python3.10/site-packages/torch/lib/libc10.so)",
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::__cxx11::basic_string<char, "
+        "std::char_traits<char>, std::allocator<char> >) + 0x98 (0x7f92e62535e8 in "
+        "/opt/conda/lib/python3.10/site-packages/torch/lib/libc10.so)",
         "terminate called after throwing an instance of 'c10::DistBackendError'",
         f"  what():  {pg} Process group watchdog thread terminated with exception: {timeout}",
     ]
@@ -411,7 +459,7 @@ def torchrun_summary(failure: Failure, first: RankIdentity) -> list[str]:
     return lines
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Per-stream content.
 
 ITERS_PER_REP = 400  # rank 0 rsl_rl blocks per 4 MB stdout template (~12% of its bytes)
@@ -509,7 +557,7 @@ def run_dir_name(seed: int, node: int) -> str:
 
 
 def generate_tree(root: Path, ranks: int, bytes_per_rank: int, seed: int) -> tuple[int, int, Failure]:
-    """torchrun --log_dir layout; a multi-node job gets one log dir per node (`node<NNN>/`), as each agent writes."""
+    """torchrun --log_dir layout; a multi-node job gets one log dir per node (`node<NNN>/`), one per agent."""
     failure = plan_failure(ranks, seed)
     total = files = 0
     for rank in range(ranks):
@@ -522,7 +570,7 @@ def generate_tree(root: Path, ranks: int, bytes_per_rank: int, seed: int) -> tup
 
 
 def generate_console(path: Path, ranks: int, bytes_per_rank: int, seed: int) -> tuple[int, Failure]:
-    """One torchrun console (`--tee 3`): every worker line behind `[default<local_rank>]:`, ranks interleaved."""
+    """One torchrun console (`--tee 3`): each worker line behind `[default<local_rank>]:`, ranks interleaved."""
     failure = plan_failure(ranks, seed)
     people = [identity(r, ranks, seed) for r in range(ranks)]
     rng = random.Random(f"{seed}:console")
@@ -548,14 +596,21 @@ def generate_console(path: Path, ranks: int, bytes_per_rank: int, seed: int) -> 
             w.nccl_comm_init(who)
     w.iters_per_rep, w.epochs_per_rep = max(iters, 1), max(bars, 1)
     w.t.seal()
-    header = header_text([
-        "W0709 08:00:00.957000 9874 torch/distributed/run.py:874] ",
-        "W0709 08:00:00.957000 9874 torch/distributed/run.py:874] *****************************************",
-        "W0709 08:00:00.957000 9874 torch/distributed/run.py:874] Setting OMP_NUM_THREADS environment variable for "
-        "each process to be 1 in default, to avoid your system being overloaded, please further tune the variable "
-        "for optimal performance in your application as needed. ",
-        "W0709 08:00:00.957000 9874 torch/distributed/run.py:874] *****************************************",
-    ])
+    agent = (
+        "W0709 08:00:00.957000 9874 torch/distributed/run.py:874] "  # real runs/01 console, its date moved
+    )
+    stars = "*" * 41
+    header = header_text(
+        [
+            agent,
+            agent + stars,
+            agent
+            + "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid "
+            "your system being overloaded, please further tune the variable for optimal performance in your "
+            "application as needed. ",
+            agent + stars,
+        ]
+    )
     for who in people:
         header += b"".join(
             f"[default{who.local_rank}]:".encode() + line + b"\n"
@@ -633,9 +688,18 @@ def generate(case: Case, seed: int = 0, force: bool = False) -> Manifest:
         archive_bytes = archive.stat().st_size
         analyze_path = "logs.tar.gz"
     manifest = Manifest(
-        case=case.name, layout=case.layout, ranks=case.ranks, bytes=total, files=files, analyze_path=analyze_path,
-        archive_bytes=archive_bytes, culprit_rank=failure.culprit, timeout_ranks=list(failure.detectors),
-        seq=failure.seq, seed=seed, generator_version=GENERATOR_VERSION,
+        case=case.name,
+        layout=case.layout,
+        ranks=case.ranks,
+        bytes=total,
+        files=files,
+        analyze_path=analyze_path,
+        archive_bytes=archive_bytes,
+        culprit_rank=failure.culprit,
+        timeout_ranks=list(failure.detectors),
+        seq=failure.seq,
+        seed=seed,
+        generator_version=GENERATOR_VERSION,
         seconds=round(time.perf_counter() - started, 2),
     )
     (root / "manifest.json").write_text(json.dumps(asdict(manifest), indent=2) + "\n")
@@ -643,8 +707,12 @@ def generate(case: Case, seed: int = 0, force: bool = False) -> Manifest:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cases", nargs="*", default=list(STANDARD_CASES), help="e.g. 8x128MB 8x1GB single-2GB")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "cases", nargs="*", default=list(STANDARD_CASES), help="e.g. 8x128MB 8x1GB single-2GB"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="regenerate even if the case exists")
     parser.add_argument("--list", action="store_true", help="list the standard cases and exit")
@@ -662,8 +730,10 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         m = generate(case, args.seed, args.force)
         rate = m.bytes / 2**20 / m.seconds if m.seconds else float("inf")
-        print(f"{m.case:12} {m.bytes / 2**20:9.1f} MiB in {m.files:5} files, {m.seconds:6.1f} s "
-              f"({rate:.0f} MiB/s)  -> {case_dir(case) / m.analyze_path}")
+        print(
+            f"{m.case:12} {m.bytes / 2**20:9.1f} MiB in {m.files:5} files, {m.seconds:6.1f} s "
+            f"({rate:.0f} MiB/s)  -> {case_dir(case) / m.analyze_path}"
+        )
     return 0
 
 

@@ -1,13 +1,14 @@
-"""Time `logscope analyze --format json` against `grep -E -c` with the same signature patterns, on the same files.
+"""Time `logscope analyze --format json` against `grep -E -c` with the same signature patterns, same files.
 
     python benchmarks/run.py                                  # the standard cases, 3 runs each
     python benchmarks/run.py --cases 8x16MB --repeat 5 --json out.json
 
-For every case: generate it if missing (benchmarks/generate.py), read it once to warm the page cache, then run
-grep and logscope alternately `--repeat` times. Reported: the median wall time, MB/s (MiB/s), the peak RSS of the
-child (`ru_maxrss` from `os.wait4`, the maximum over the runs) and the ratio logscope / grep. grep's patterns are
-`logscope.events.catalogue.grep_patterns()`, the prefilters of the signature catalogue, so the reference grows with
-the catalogue. After the table: the linearity check (same shape, several sizes) and the flat-memory check.
+For every case: generate it if missing (benchmarks/generate.py), read it once to warm the page cache, then
+run grep and logscope alternately `--repeat` times. Reported: the median wall time, MiB/s, the peak RSS of the
+child (`ru_maxrss` from `os.wait4`, the maximum over the runs) and the ratio logscope / grep. grep's patterns
+are `logscope.events.catalogue.grep_patterns()`, the prefilters of the signature catalogue, so the reference
+grows with the catalogue. After the table: the linearity check (one shape, several sizes) and the flat-memory
+check.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import generate  # noqa: E402  (benchmarks/ is not a package; the runner is started as a script)
+import generate
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CASES = (*generate.STANDARD_CASES, "8x512MB")  # 8x128MB, 8x512MB, 8x1GB: the linearity sizes
@@ -82,12 +83,17 @@ class CaseResult:
         return ls / gr if ls is not None and gr else None
 
 
-def run_child(argv: list[str], env: dict[str, str], stdout: int | Any = subprocess.DEVNULL,
-              timeout_s: float = 1800.0) -> tuple[Run, bytes]:
+def run_child(
+    argv: list[str],
+    env: dict[str, str],
+    stdout: int | Any = subprocess.DEVNULL,
+    timeout_s: float = 1800.0,
+    cwd: Path | None = None,
+) -> tuple[Run, bytes]:
     """Run one child; wall time around spawn+exit, rusage of exactly this child from `os.wait4`."""
     with tempfile.TemporaryFile() as err:
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=stdout, stderr=err, env=env)
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=err, env=env, cwd=cwd)
         killer = threading.Timer(timeout_s, proc.kill)
         killer.start()
         _, status, usage = os.wait4(proc.pid, 0)
@@ -112,7 +118,9 @@ def grep_once(target: Path, archive: bool, patterns: Path) -> tuple[Run, int]:
             out.seek(0)
             counts = out.read().decode()
         if run.returncode not in (0, 1):  # 1 = no line matched
-            raise RuntimeError(f"grep failed (exit {run.returncode}): {stderr.decode(errors='replace').strip()}")
+            raise RuntimeError(
+                f"grep failed (exit {run.returncode}): {stderr.decode(errors='replace').strip()}"
+            )
         return run, sum(int(line.rsplit(":", 1)[-1]) for line in counts.split())
     # Pipeline: time from the first spawn until both have exited; peak RSS is the larger of the two.
     started = time.perf_counter()
@@ -128,8 +136,13 @@ def grep_once(target: Path, archive: bool, patterns: Path) -> tuple[Run, int]:
     unzip.returncode = os.waitstatus_to_exitcode(st_zip)
     if counter.returncode not in (0, 1) or unzip.returncode != 0:
         raise RuntimeError(f"gzip | grep failed (exit {unzip.returncode} / {counter.returncode})")
-    run = Run(elapsed, max(ru_grep.ru_maxrss, ru_zip.ru_maxrss) * 1024, counter.returncode,
-              ru_grep.ru_utime + ru_zip.ru_utime, ru_grep.ru_stime + ru_zip.ru_stime)
+    run = Run(
+        elapsed,
+        max(ru_grep.ru_maxrss, ru_zip.ru_maxrss) * 1024,
+        counter.returncode,
+        ru_grep.ru_utime + ru_zip.ru_utime,
+        ru_grep.ru_stime + ru_zip.ru_stime,
+    )
     return run, int(out_bytes.decode().strip() or 0)
 
 
@@ -140,8 +153,7 @@ def logscope_argv(python: str, engine: str, target: Path, output: Path) -> list[
 
 
 def child_analyze(target: Path, output: Path) -> int:
-    """The `api` engine: what `logscope analyze --format json -o` does, for when the CLI is not wired up yet."""
-    sys.path.insert(0, str(REPO))
+    """The `api` engine: what `logscope analyze --format json -o` does, for when the CLI is not wired up."""
     from logscope.analysis import analyze
     from logscope.errors import LogscopeError
     from logscope.report.jsonout import render
@@ -154,13 +166,16 @@ def child_analyze(target: Path, output: Path) -> int:
     return 0
 
 
-def logscope_once(python: str, engine: str, target: Path, timeout_s: float
-                  ) -> tuple[Run, dict[str, Any] | None, str | None]:
-    """One `logscope analyze`; exit 0/1 with a JSON document counts as success (1 = a failure was diagnosed)."""
+def logscope_once(
+    python: str, engine: str, tree: Path, target: Path, timeout_s: float
+) -> tuple[Run, dict[str, Any] | None, str | None]:
+    """One `logscope analyze`; exit 0/1 with a JSON document is success (1 = a failure was diagnosed)."""
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(tmp) / "diagnosis.json"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        run, stderr = run_child(logscope_argv(python, engine, target, output), env, timeout_s=timeout_s)
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        run, stderr = run_child(
+            logscope_argv(python, engine, target, output), env, cwd=tree, timeout_s=timeout_s
+        )
         last = (stderr.decode(errors="replace").strip().splitlines() or ["(no message)"])[-1]
         if not output.is_file() or output.stat().st_size == 0:
             return run, None, f"exit {run.returncode}, no JSON written: {last}"
@@ -173,7 +188,7 @@ def logscope_once(python: str, engine: str, target: Path, timeout_s: float
 
 
 def warm_cache(target: Path) -> None:
-    """Read every byte once so the first timed run does not pay for the disk (all runs then read from cache)."""
+    """Read every byte once so the first timed run does not pay for the disk (all runs read from cache)."""
     paths = [p for p in target.rglob("*") if p.is_file()] if target.is_dir() else [target]
     for path in paths:
         with open(path, "rb", buffering=0) as f:
@@ -181,50 +196,70 @@ def warm_cache(target: Path) -> None:
                 pass
 
 
-def probe(python: str, argv: list[str]) -> str | None:
+def probe(python: str, tree: Path, argv: list[str]) -> str | None:
     """None when the command exits 0, else one line saying why not."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([python, *argv], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.run([python, *argv], capture_output=True, text=True, env=env, cwd=tree, timeout=120)
     if proc.returncode == 0:
         return None
     last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["(no output)"])[-1]
     return f"`python {' '.join(argv)}` exited {proc.returncode}: {last}"
 
 
-def choose_engine(python: str, wanted: str) -> tuple[str, str | None]:
+def choose_engine(python: str, tree: Path, wanted: str) -> tuple[str, str | None]:
     """The engine to time (`cli`, else `api` under `auto`) and, when neither can run, the reason."""
-    cli_problem = probe(python, ["-m", "logscope", "analyze", "--help"])
+    cli_problem = probe(python, tree, ["-m", "logscope", "analyze", "--help"])
     if wanted == "cli" or (wanted == "auto" and cli_problem is None):
         return "cli", cli_problem
-    api_problem = probe(python, ["-c", "import logscope.analysis, logscope.report.jsonout"])
+    api_problem = probe(python, tree, ["-c", "import logscope.analysis, logscope.report.jsonout"])
     if api_problem is None and cli_problem is not None:
-        print(f"run.py: the CLI is not usable ({cli_problem}); timing logscope.analysis.analyze instead",
-              file=sys.stderr)
+        print(
+            f"run.py: the CLI is not usable ({cli_problem}); timing logscope.analysis.analyze instead",
+            file=sys.stderr,
+        )
     return "api", api_problem
 
 
-def write_patterns(path: Path) -> int:
-    sys.path.insert(0, str(REPO))
+def write_patterns(path: Path, tree: Path) -> int:
+    sys.path.insert(0, str(tree))
     from logscope.events.catalogue import grep_patterns
 
     patterns = grep_patterns()
     path.write_text("".join(p + "\n" for p in patterns))
-    probe = subprocess.run(["grep", "-E", "-c", "-f", str(path), "/dev/null"], capture_output=True, text=True,
-                           env={**os.environ, "LC_ALL": "C"})
+    probe = subprocess.run(
+        ["grep", "-E", "-c", "-f", str(path), "/dev/null"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LC_ALL": "C"},
+    )
     if probe.returncode not in (0, 1):
         raise RuntimeError(f"grep rejects the catalogue's patterns: {probe.stderr.strip()}")
     return len(patterns)
 
 
-def measure(case_name: str, args: argparse.Namespace, patterns: Path, python: str, engine: str,
-            logscope_missing: str | None) -> CaseResult:
+def measure(
+    case_name: str,
+    args: argparse.Namespace,
+    patterns: Path,
+    python: str,
+    engine: str,
+    logscope_missing: str | None,
+) -> CaseResult:
     case = generate.parse_case(case_name)
     manifest = generate.generate(case, args.seed)
     target = generate.case_dir(case) / manifest.analyze_path
     archive = manifest.layout == "targz"
     warm_cache(target)
-    result = CaseResult(case_name, manifest.bytes, manifest.files, manifest.archive_bytes, os.getloadavg()[0],
-                        ToolResult(), ToolResult(), expected_culprit=manifest.culprit_rank)
+    result = CaseResult(
+        case_name,
+        manifest.bytes,
+        manifest.files,
+        manifest.archive_bytes,
+        os.getloadavg()[0],
+        ToolResult(),
+        ToolResult(),
+        expected_culprit=manifest.culprit_rank,
+    )
     result.logscope.error = logscope_missing
     grep_once(target, archive, patterns)  # untimed warm-up of grep itself
     for _ in range(args.repeat):
@@ -232,7 +267,7 @@ def measure(case_name: str, args: argparse.Namespace, patterns: Path, python: st
         result.grep.runs.append(run)
         result.grep_matches = matches
         if result.logscope.error is None:
-            run, verdict, error = logscope_once(python, engine, target, args.timeout)
+            run, verdict, error = logscope_once(python, engine, args.tree, target, args.timeout)
             if error is not None:
                 result.logscope.error = error
             else:
@@ -246,7 +281,11 @@ def measure(case_name: str, args: argparse.Namespace, patterns: Path, python: st
 
 def progress(result: CaseResult) -> None:
     ls = f"{result.logscope.runs[-1].seconds:.2f}s" if result.logscope.runs else "-"
-    print(f"  {result.case}: grep {result.grep.runs[-1].seconds:.2f}s  logscope {ls}", file=sys.stderr, flush=True)
+    print(
+        f"  {result.case}: grep {result.grep.runs[-1].seconds:.2f}s  logscope {ls}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -258,8 +297,10 @@ def mbps(size: int, seconds: float | None) -> float | None:
 
 
 def table(results: list[CaseResult]) -> str:
-    head = (f"{'case':12} {'MiB':>8} {'files':>5} {'logscope s':>10} {'MiB/s':>7} {'peak RSS':>9} "
-            f"{'grep s':>7} {'MiB/s':>7} {'ratio':>6}  verdict")
+    head = (
+        f"{'case':12} {'MiB':>8} {'files':>5} {'logscope s':>10} {'MiB/s':>7} {'peak RSS':>9} "
+        f"{'grep s':>7} {'MiB/s':>7} {'ratio':>6}  verdict"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
         rss = r.logscope.peak_rss
@@ -269,10 +310,12 @@ def table(results: list[CaseResult]) -> str:
         elif r.logscope.error:
             verdict = f"FAILED after {len(r.logscope.runs)} runs: " + r.logscope.error
         elif r.verdict is not None:
-            verdict = f"{r.verdict.get('category')} culprit={r.verdict.get('culprit_ranks')} (planted {r.expected_culprit})"
+            culprits = r.verdict.get("culprit_ranks")
+            verdict = f"{r.verdict.get('category')} culprit={culprits} (planted {r.expected_culprit})"
         lines.append(
             f"{r.case:12} {r.bytes / MIB:8.0f} {r.files:5} {fmt(r.logscope.median_s, '10.2f')} "
-            f"{fmt(mbps(r.bytes, r.logscope.median_s), '7.0f')} {fmt(rss / MIB if rss else None, '5.0f'):>5} MiB "
+            f"{fmt(mbps(r.bytes, r.logscope.median_s), '7.0f')} "
+            f"{fmt(rss / MIB if rss else None, '5.0f'):>5} MiB "
             f"{fmt(r.grep.median_s, '7.2f')} {fmt(mbps(r.bytes, r.grep.median_s), '7.0f')} "
             f"{fmt(r.ratio, '6.2f')}  {verdict}"
         )
@@ -280,7 +323,7 @@ def table(results: list[CaseResult]) -> str:
 
 
 def linearity(results: list[CaseResult]) -> list[dict[str, Any]]:
-    """Per rank count with ≥ 2 sizes of the tree shape: seconds per GiB, and a least-squares fit t = a + b·GiB."""
+    """Per rank count with >= 2 sizes of the tree shape: s/GiB, and a least-squares fit t = a + b * GiB."""
     groups: dict[int, list[CaseResult]] = {}
     for r in results:
         case = generate.parse_case(r.case)
@@ -295,27 +338,36 @@ def linearity(results: list[CaseResult]) -> list[dict[str, Any]]:
         ys = [float(r.logscope.median_s or 0.0) for r in members]
         mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
         sxx = sum((x - mean_x) ** 2 for x in xs)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
         intercept = mean_y - slope * mean_x
         ss_tot = sum((y - mean_y) ** 2 for y in ys)
-        ss_res = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys))
-        report.append({
-            "ranks": ranks,
-            "points": [{"case": r.case, "gib": x, "seconds": y, "s_per_gib": y / x} for r, x, y in zip(members, xs, ys)],
-            "fit_intercept_s": intercept,
-            "fit_s_per_gib": slope,
-            "r_squared": 1.0 - ss_res / ss_tot if ss_tot else 1.0,
-        })
+        ss_res = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
+        report.append(
+            {
+                "ranks": ranks,
+                "points": [
+                    {"case": r.case, "gib": x, "seconds": y, "s_per_gib": y / x}
+                    for r, x, y in zip(members, xs, ys, strict=True)
+                ],
+                "fit_intercept_s": intercept,
+                "fit_s_per_gib": slope,
+                "r_squared": 1.0 - ss_res / ss_tot if ss_tot else 1.0,
+            }
+        )
     return report
 
 
 def linearity_text(report: list[dict[str, Any]]) -> str:
     lines = []
     for group in report:
-        lines.append(f"linearity, {group['ranks']} ranks: t = {group['fit_intercept_s']:.2f} s + "
-                     f"{group['fit_s_per_gib']:.2f} s/GiB × size   (R² = {group['r_squared']:.4f})")
+        lines.append(
+            f"linearity, {group['ranks']} ranks: t = {group['fit_intercept_s']:.2f} s + "
+            f"{group['fit_s_per_gib']:.2f} s/GiB × size   (R² = {group['r_squared']:.4f})"
+        )
         for p in group["points"]:
-            lines.append(f"  {p['case']:12} {p['gib']:7.2f} GiB {p['seconds']:8.2f} s {p['s_per_gib']:7.2f} s/GiB")
+            lines.append(
+                f"  {p['case']:12} {p['gib']:7.2f} GiB {p['seconds']:8.2f} s {p['s_per_gib']:7.2f} s/GiB"
+            )
     return "\n".join(lines)
 
 
@@ -325,19 +377,34 @@ def targets(results: list[CaseResult], lin: list[dict[str, Any]]) -> list[dict[s
     for name in ("8x128MB", "8x1GB"):
         if name in by_case and by_case[name].ratio is not None:
             ratio = by_case[name].ratio
-            checks.append({"target": f"analyze/grep on {name} <= {TARGET_RATIO}", "value": ratio,
-                           "met": ratio <= TARGET_RATIO})
+            checks.append(
+                {
+                    "target": f"analyze/grep on {name} <= {TARGET_RATIO}",
+                    "value": ratio,
+                    "met": ratio <= TARGET_RATIO,
+                }
+            )
     if "8x1GB" in by_case and by_case["8x1GB"].logscope.peak_rss:
         rss = by_case["8x1GB"].logscope.peak_rss
         checks.append({"target": "peak RSS at 8 GB <= 1 GiB", "value": rss / MIB, "met": rss <= TARGET_RSS})
     if "1024x256KB" in by_case and by_case["1024x256KB"].logscope.median_s is not None:
         seconds = by_case["1024x256KB"].logscope.median_s
-        checks.append({"target": f"1024x256KB <= {TARGET_MANY_RANKS_S:.0f} s", "value": seconds,
-                       "met": seconds <= TARGET_MANY_RANKS_S})
+        checks.append(
+            {
+                "target": f"1024x256KB <= {TARGET_MANY_RANKS_S:.0f} s",
+                "value": seconds,
+                "met": seconds <= TARGET_MANY_RANKS_S,
+            }
+        )
     for group in lin:
         spread = max(p["s_per_gib"] for p in group["points"]) / min(p["s_per_gib"] for p in group["points"])
-        checks.append({"target": f"linear time ({group['ranks']} ranks): s/GiB spread <= 1.25", "value": spread,
-                       "met": spread <= 1.25})
+        checks.append(
+            {
+                "target": f"linear time ({group['ranks']} ranks): s/GiB spread <= 1.25",
+                "value": spread,
+                "met": spread <= 1.25,
+            }
+        )
     return checks
 
 
@@ -354,8 +421,12 @@ def flat_memory_text(results: list[CaseResult]) -> str:
 
 
 def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version(),
-                            "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()}
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "loadavg_start": os.getloadavg(),
+    }
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     for line in lscpu.splitlines():
         key, _, value = line.partition(":")
@@ -363,24 +434,48 @@ def machine() -> dict[str, Any]:
             info[key.strip()] = value.strip()
     with open("/proc/meminfo") as meminfo:
         info["MemTotal"] = meminfo.readline().split(":", 1)[1].strip()
-    info["grep"] = subprocess.run(["grep", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    info["grep"] = subprocess.run(["grep", "--version"], capture_output=True, text=True).stdout.splitlines()[
+        0
+    ]
     return info
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", default=list(DEFAULT_CASES), help="case names (see generate.py)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--cases", nargs="+", default=list(DEFAULT_CASES), help="case names (see generate.py)"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per tool and case (median quoted)")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before one analyze run is killed")
-    parser.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python"),
-                        help="interpreter that runs `-m logscope` (default: the repo's .venv)")
+    parser.add_argument(
+        "--timeout", type=float, default=1800.0, help="seconds before one analyze run is killed"
+    )
+    parser.add_argument(
+        "--python",
+        default=str(REPO / ".venv" / "bin" / "python"),
+        help="interpreter that runs `-m logscope` (default: the repo's .venv)",
+    )
     parser.add_argument("--delete-after", action="store_true", help="delete each case's data once measured")
-    parser.add_argument("--engine", choices=("auto", "cli", "api"), default="auto",
-                        help="time `python -m logscope analyze` (cli) or logscope.analysis.analyze (api); "
-                        "auto = cli when it works")
-    parser.add_argument("--child-analyze", nargs=2, type=Path, metavar=("PATH", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "cli", "api"),
+        default="auto",
+        help="time `python -m logscope analyze` (cli) or logscope.analysis.analyze (api); "
+        "auto = cli when it works",
+    )
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        default=REPO,
+        help="folder holding the logscope package to time, e.g. a copy with a proposed patch "
+        "(default: this checkout)",
+    )
+    parser.add_argument(
+        "--child-analyze", nargs=2, type=Path, metavar=("PATH", "OUT"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.child_analyze:
         return child_analyze(*args.child_analyze)
@@ -394,13 +489,17 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.python).exists():
         print(f"run.py: no interpreter at {args.python} (create the venv or pass --python)", file=sys.stderr)
         return 2
-    engine, missing = choose_engine(args.python, args.engine)
+    args.tree = args.tree.resolve()
+    if not (args.tree / "logscope").is_dir():
+        print(f"run.py: no logscope package under {args.tree}", file=sys.stderr)
+        return 2
+    engine, missing = choose_engine(args.python, args.tree, args.engine)
     if missing:
         print(f"run.py: logscope analyze is not usable, timing grep only: {missing}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         patterns = Path(tmp) / "patterns.txt"
         try:
-            count = write_patterns(patterns)
+            count = write_patterns(patterns, args.tree)
         except (ImportError, RuntimeError) as exc:
             print(f"run.py: cannot build grep patterns from the catalogue: {exc}", file=sys.stderr)
             return 2
@@ -408,9 +507,14 @@ def main(argv: list[str] | None = None) -> int:
         results = [measure(name, args, patterns, args.python, engine, missing) for name in cases]
     lin = linearity(results)
     checks = targets(results, lin)
-    command = "python -m logscope analyze PATH --format json -o FILE" if engine == "cli" else (
-        "logscope.analysis.analyze(PATH) + report.jsonout, the api engine")
-    print(f"logscope: {command}; grep: LC_ALL=C grep -E -c -f <catalogue prefilters>; median of {args.repeat}")
+    command = (
+        "python -m logscope analyze PATH --format json -o FILE"
+        if engine == "cli"
+        else ("logscope.analysis.analyze(PATH) + report.jsonout, the api engine")
+    )
+    print(
+        f"logscope: {command}; grep: LC_ALL=C grep -E -c -f <catalogue prefilters>; median of {args.repeat}"
+    )
     print(table(results))
     print()
     for text in (linearity_text(lin), flat_memory_text(results)):
@@ -423,9 +527,15 @@ def main(argv: list[str] | None = None) -> int:
             "machine": {**machine(), "loadavg_end": os.getloadavg()},
             "repeat": args.repeat,
             "engine": engine,
+            "tree": str(args.tree),
             "cases": [
-                {**asdict(r), "median_logscope_s": r.logscope.median_s, "median_grep_s": r.grep.median_s,
-                 "peak_rss_logscope": r.logscope.peak_rss, "ratio": r.ratio}
+                {
+                    **asdict(r),
+                    "median_logscope_s": r.logscope.median_s,
+                    "median_grep_s": r.grep.median_s,
+                    "peak_rss_logscope": r.logscope.peak_rss,
+                    "ratio": r.ratio,
+                }
                 for r in results
             ],
             "linearity": lin,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from logscope import __version__
@@ -29,7 +29,7 @@ def analyze(
     inventory = discover(path, follow_symlinks=follow_symlinks)
     reader = Reader(inventory)
 
-    def blocks() -> Block:  # type: ignore[misc]
+    def blocks() -> Iterator[Block]:
         for block in reader.blocks():
             if progress is not None:
                 progress(len(block.text))

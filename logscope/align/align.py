@@ -23,6 +23,8 @@ from logscope.ingest.sources import Source
 PHASE_ORDER = {"launch": 0, "init": 1, "sync": 2, "train": 3, "end": 4, "fail": 5}
 IDENTITY_KINDS = {"config_values", "rank_identity", "pg_initialized", "pg_nccl_options"}
 WORLD_SIZE_KINDS = {"config_values", "rank_identity", "pg_initialized", "pg_nccl_options"}
+# Lines the elastic agent prints about a worker; they do not make the worker's own output visible.
+AGENT_KINDS = {"child_failure", "worker_failed", "worker_sigterm_sent", "worker_force_killed"}
 # Torch's uninitialised "last completed" values (torch_logs.md §3.3) are absurd; treat them as unknown.
 MAX_SANE_SEQ = 1 << 40
 
@@ -413,7 +415,8 @@ class _Builder:
             f = row["_f"]
             kind = row["kind"]
             entry["sources"].add(row["source"])
-            entry["events"] += 1
+            if kind not in AGENT_KINDS:  # torchrun's report about a rank is not a line of the rank's own
+                entry["events"] += 1
             if row["local_rank"] is not None and entry["local_rank"] is None:
                 entry["local_rank"] = row["local_rank"]
             if row["attempt"] is not None:
@@ -478,8 +481,9 @@ class _Builder:
                     "last_text": None, "device": None, "bus_id": None, "world_size": None,
                     "sources": set(), "events": 0,
                 }
+        own_files = {s.path for s in self.sources if s.role in ("stdout", "stderr")}
         for entry in per.values():
-            has_file = any(not s.endswith("error.json") for s in entry["sources"])
+            has_file = any(s in own_files for s in entry["sources"])
             if entry["events"] > 0 or entry.get("lines", 0) > 0:
                 entry["status"] = "visible"
             elif has_file:

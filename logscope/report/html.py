@@ -871,7 +871,7 @@ def _rank_log_view(
         MAX_NOTABLE_ROWS_PER_RANK_VIEW - must.height
     )
     picked = pl.concat([must, notable]).unique(subset="pos")
-    tail = rows
+    tail = rows.tail(MAX_ROWS_PER_RANK_VIEW - picked.height)
     shown = pl.concat([picked, tail]).unique(subset="pos").sort("pos")
     out_rows = []
     previous = -1

@@ -19,6 +19,7 @@ COMM_KINDS = {
     "gloo_peer_closed", "gloo_peer_reset", "gloo_size_mismatch", "gloo_connect_failed", "monitored_barrier_failed",
     "collective_mismatch_detail", "desync_report", "store_timeout", "store_clients_timeout", "nccl_peer_closed",
     "nccl_uniqueid_store_error", "nccl_ib_completion_error", "nccl_duplicate_gpu", "cuda_illegal_access",
+    "gloo_connect_refused", "ddp_model_mismatch",
 }
 NOT_A_CAUSE_EXC = ("DistBackendError", "DistStoreError", "DistNetworkError", "ChildFailedError", "KeyboardInterrupt")
 
@@ -408,4 +409,20 @@ def gpu_unusable_at_sync(rule: Rule, ctx: Context, events: list[dict[str, Any]],
     hit = Hit(events + ctx.by_kind["sync_start"][:2], culprits, culprits=sorted(culprits))
     if ctx.job.get("nnodes") not in (None, 1):
         hit.confidence_factor = 0.7
+    return hit
+
+
+WORKER_KINDS = ("sync_start", "iteration", "config_values", "rank_identity", "pg_initialized", "child_failure",
+                "worker_failed", "error_file", "nccl_comm_init", "training_time")
+
+
+@check("launcher_failed")
+def launcher_failed(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """torchrun's own traceback and no worker ever printed: the launch failed before the world formed."""
+    if not events or any(ctx.by_kind.get(k) for k in WORKER_KINDS) or ctx.visible:
+        return None
+    rdzv = [e for e in events if "rendezvous" in str(e["_f"].get("module", "")) or e["_f"].get("fn") == "_rendezvous"]
+    hit = Hit((rdzv or events)[:6], set(), culprits=[],
+              values={"where": f"{events[-1]['_f'].get('module')}.py in {events[-1]['_f'].get('fn')}"})
+    hit.confidence_factor = 1.0 if rdzv else 0.8
     return hit

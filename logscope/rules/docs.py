@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from logscope.rules.loader import Rule, load_rules
 
 
+@lru_cache(maxsize=1)
+def _builtin() -> tuple[Rule, ...]:
+    return tuple(load_rules())
+
+
 def rule_doc(rule_id: str) -> dict[str, Any] | None:
-    for rule in load_rules():
+    for rule in _builtin():
         if rule.id == rule_id:
             return {"id": rule.id, "title": rule.title, "what": rule.why["what"], "why": rule.why["why"],
                     "example": rule.why["example"], "category": rule.category, "severity": rule.severity,

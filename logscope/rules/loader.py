@@ -76,8 +76,10 @@ def _check(value: Any, schema: dict[str, Any], path: tuple[str, ...], errors: li
     kinds = schema.get("type")
     if kinds is not None:
         allowed = kinds if isinstance(kinds, list) else [kinds]
-        py = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float),
-              "boolean": bool, "null": type(None)}
+        py: dict[str, type | tuple[type, ...]] = {
+            "object": dict, "array": list, "string": str, "integer": int, "number": (int, float),
+            "boolean": bool, "null": type(None),
+        }
         ok = any(isinstance(value, py[k]) and not (k in ("integer", "number") and isinstance(value, bool))
                  for k in allowed)
         if not ok:
