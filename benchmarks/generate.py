@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 GENERATOR_VERSION = 1
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -64,7 +65,7 @@ def parse_size(text: str) -> int:
 
 
 def parse_case(name: str) -> Case:
-    """`<N>x<size>`: a per-rank tree; `single-<size>`: one console file of 8 ranks; `targz-<size>`: an archive."""
+    """`<N>x<size>`: per-rank tree; `single-<size>`: one console file of 8 ranks; `targz-<size>`: archive."""
     if name.startswith("single-"):
         return Case(name, "console", RANKS_PER_NODE, parse_size(name[len("single-") :]) // RANKS_PER_NODE)
     if name.startswith("targz-"):
@@ -396,9 +397,10 @@ def cascade_lines(who: RankIdentity, failure: Failure, rng: random.Random) -> li
             c10("dump", 1) + f"{pg} Received a dump signal due to a collective timeout from  rank "
             f"{failure.detectors[0]} and we will try our best to dump the debug info. "
             f"Last enqueued NCCL work: {seq - 1}, last completed NCCL work: {seq - 1}."
-            "This is most likely caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, "
-            "the order of collectives is not same for all ranks or the scheduled collective, for some reason, "
-            "didn't run. Additionally, this can be caused by GIL deadlock or other reasons such as network errors "
+            "This is most likely caused by incorrect usages of collectives, e.g., wrong sizes used "
+            "across ranks, the order of collectives is not same for all ranks or the scheduled collective, "
+            "for some reason, didn't run. Additionally, this can be caused by GIL deadlock or other reasons "
+            "such as network errors "
             "or bugs in the communications library (e.g. NCCL), etc. ",
         ]
     ran_for = 600000 + rng.randrange(0, 90)
@@ -494,7 +496,7 @@ def build_stderr_template(who: RankIdentity, rng: random.Random, timeline: Timel
     return w
 
 
-def write_stream(out, writer: Writer, body_bytes: int, header: bytes) -> int:
+def write_stream(out: BinaryIO, writer: Writer, body_bytes: int, header: bytes) -> int:
     """Render the template until `body_bytes` are written; the last repetition is cut at a line end."""
     size0 = len(writer.t.render(0))
     reps = max(body_bytes // max(size0, 1), 0)
@@ -570,7 +572,7 @@ def generate_tree(root: Path, ranks: int, bytes_per_rank: int, seed: int) -> tup
 
 
 def generate_console(path: Path, ranks: int, bytes_per_rank: int, seed: int) -> tuple[int, Failure]:
-    """One torchrun console (`--tee 3`): each worker line behind `[default<local_rank>]:`, ranks interleaved."""
+    """One torchrun console (`--tee 3`): worker lines behind `[default<local_rank>]:`, ranks interleaved."""
     failure = plan_failure(ranks, seed)
     people = [identity(r, ranks, seed) for r in range(ranks)]
     rng = random.Random(f"{seed}:console")

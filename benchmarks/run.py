@@ -375,8 +375,8 @@ def targets(results: list[CaseResult], lin: list[dict[str, Any]]) -> list[dict[s
     by_case = {r.case: r for r in results}
     checks: list[dict[str, Any]] = []
     for name in ("8x128MB", "8x1GB"):
-        if name in by_case and by_case[name].ratio is not None:
-            ratio = by_case[name].ratio
+        ratio = by_case[name].ratio if name in by_case else None
+        if ratio is not None:
             checks.append(
                 {
                     "target": f"analyze/grep on {name} <= {TARGET_RATIO}",

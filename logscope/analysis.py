@@ -49,7 +49,7 @@ def analyze(
         "schema": SCHEMA_ID,
         "logscope_version": __version__,
         "input": str(path),
-        "job": {k: v for k, v in aligned.job.items() if k != "requested_world_size"},
+        "job": {k: v for k, v in aligned.job.items() if k not in ("requested_world_size", "world_size_declared")},
         "ranks": [_rank_json(r) for r in aligned.rank_rows()],
         "findings": findings,
         "verdict": verdict,

@@ -170,10 +170,7 @@ def _register_extra() -> None:
 
 def main() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    try:
-        _register_extra()
-    except ImportError:
-        pass
+    _register_extra()
     try:
         app()
     except KeyboardInterrupt:

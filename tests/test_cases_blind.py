@@ -25,7 +25,13 @@ REAL_PUBLIC = ROOT / "fixtures" / "real" / "public"
 SCHEMA = json.loads((ROOT / "docs" / "schema" / "diagnosis-v1.json").read_text())
 CATEGORIES = set(SCHEMA["$defs"]["category"]["enum"])
 REQUIRED_KEYS = {
-    "source_url", "repo", "title", "expected_category", "expected_culprits", "why", "notes",
+    "source_url",
+    "repo",
+    "title",
+    "expected_category",
+    "expected_culprits",
+    "why",
+    "notes",
 }
 
 CASE_DIRS = sorted(p.parent for p in CASES.glob("*/source.yaml"))

@@ -21,8 +21,8 @@ from logscope.ingest.read import SourceStats
 from logscope.ingest.sources import Source
 
 PHASE_ORDER = {"launch": 0, "init": 1, "sync": 2, "train": 3, "end": 4, "fail": 5}
-IDENTITY_KINDS = {"config_values", "rank_identity", "pg_initialized", "pg_nccl_options"}
-WORLD_SIZE_KINDS = {"config_values", "rank_identity", "pg_initialized", "pg_nccl_options"}
+IDENTITY_KINDS = {"config_values", "rank_identity", "pg_initialized", "pg_nccl_options", "lightning_rank"}
+WORLD_SIZE_KINDS = IDENTITY_KINDS
 # Lines the elastic agent prints about a worker; they do not make the worker's own output visible.
 AGENT_KINDS = {"child_failure", "worker_failed", "worker_sigterm_sent", "worker_force_killed"}
 # Torch's uninitialised "last completed" values (torch_logs.md §3.3) are absurd; treat them as unknown.
@@ -134,6 +134,8 @@ class _Builder:
                 rank = stream_rank.get(stream)
             if rank is None and stream[1] is not None and single_node:
                 rank = file_rank.get((nodes[0] if nodes else None, stream[1]), stream[1])
+            if rank is None and row["kind"] in IDENTITY_KINDS:
+                rank = _int(row["_f"].get("rank"))  # the line names its own rank
             if rank is None and row["kind"] in ("nccl_watchdog_timeout", "nccl_pg_status"):
                 # Old formats carry only "[Rank N]", the rank in that PG: the global rank for the default PG.
                 pg = row["pg"]
@@ -298,8 +300,9 @@ class _Builder:
             nranks_known = [n for n in nranks if n]
             if nranks_known:
                 world_size = max(nranks_known)
+        declared_world = world_size is not None
         if world_size is None and ranks:
-            world_size = max(ranks) + 1
+            world_size = max(ranks) + 1  # a lower bound: the highest rank seen
         requested = None
         launch = {str(f.get("key")): f.get("value") for f in fields_of["launch_config"]}
         nproc = _int(launch.get("nproc_per_node"))
@@ -376,6 +379,7 @@ class _Builder:
             "launcher": launcher,
             "nccl_env": nccl_env,
             "requested_world_size": requested,
+            "world_size_declared": declared_world,
         }
 
     def rank_table(self) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:

@@ -197,12 +197,15 @@ def _read_block(read_step: Callable[[], bytes]) -> tuple[bytes, Exception | None
     return b"".join(pieces), None
 
 
-_CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 11, 12, 13, 27))
+_CONTROL_BYTES = bytes(b for b in range(1, 32) if b not in (9, 10, 11, 12, 13, 27))
 
 
 def _looks_binary(head: bytes) -> bool:
-    """Mostly control bytes (not tab, newline, CR, ESC) means a binary file, not a log with a stray NUL."""
-    if not head:
+    """Over a tenth of the head is control bytes (not tab, newline, CR, ESC) or invalid UTF-8: binary data.
+    NUL bytes do not count: a crash leaves zero-filled blocks in a text log."""
+    text = head.replace(b"\0", b"")
+    if not text:
         return False
-    control = len(head) - len(head.translate(None, _CONTROL_BYTES))
-    return control > len(head) // 10
+    control = len(text) - len(text.translate(None, _CONTROL_BYTES))
+    invalid = text.decode("utf-8", errors="replace").count("\ufffd")
+    return control + invalid > len(text) // 10

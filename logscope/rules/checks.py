@@ -195,8 +195,13 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
     if ctx.job.get("exit_code") == 0 or any(e["level"] == "error" for e in ctx.rows):
         return None
     progress = [e for e in ctx.rows if e["phase"] in ("train", "sync") and e["level"] != "benign"]
+    factor = 1.0
     if not progress:
-        return None
+        # Stopped before the first collective: every rank's last line is an init line and nothing follows.
+        progress = [e for e in ctx.rows if e["kind"] in ("lightning_rank", "rank_identity", "pg_initialized")]
+        factor = 0.8
+        if len({e["rank"] for e in progress}) < 2:
+            return None
     ended = {r for r, info in ctx.ranks.items() if info.get("phase") == "end"}
     if ended and ended >= ctx.visible:
         return None
@@ -210,7 +215,7 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
     it_text = ", ".join(f"rank {r}: {i}" for r, i in sorted(last_it.items())) or "none printed"
     return Hit([last], set(ctx.visible), culprits=culprits,
                values={"last_iterations": it_text, "last_line": last["text"]},
-               confidence_factor=0.9 if not ctx.hidden else 0.7)
+               confidence_factor=factor * (0.9 if not ctx.hidden else 0.7))
 
 
 @check("duplicate_device")
@@ -378,8 +383,9 @@ def duplicate_gpu(rule: Rule, ctx: Context, events: list[dict[str, Any]], params
 
 def _all_ranks_aborted(ctx: Context) -> list[dict[str, Any]]:
     """Every failed rank died of SIGABRT with no traceback: ProcessGroupNCCL's watchdog tearing them down."""
-    failures = [e for e in ctx.by_kind.get("child_failure", []) if e["exitcode"] not in (None, 0, -15)]
-    if len(failures) >= 2 and all(e["exitcode"] == -6 for e in failures):
+    failures = [e for k in ("child_failure", "worker_failed") for e in ctx.by_kind.get(k, [])
+                if e["exitcode"] not in (None, 0, -15)]
+    if failures and all(e["exitcode"] == -6 for e in failures):
         own = [e for e in ctx.rows if e["kind"] in ("python_exception", "error_file", "segfault", "cuda_oom")]
         if not own:
             return failures
@@ -391,8 +397,9 @@ def all_ranks_aborted(rule: Rule, ctx: Context, events: list[dict[str, Any]], pa
     failures = _all_ranks_aborted(ctx)
     if not failures or any(e["kind"] == "nccl_watchdog_timeout" for e in ctx.rows):
         return None
-    return Hit(failures, {e["rank"] for e in failures if e["rank"] is not None}, culprits=[],
-               values={"count": len(failures)})
+    ranks = {e["rank"] for e in failures if e["rank"] is not None}
+    return Hit(failures, ranks, culprits=[], values={"count": len(failures)},
+               confidence_factor=1.0 if len(ranks) >= 2 else 0.8)
 
 
 @check("gpu_unusable_at_sync")

@@ -291,8 +291,9 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
         for e in hit.events:
             for name in rule.culprit_fields:
                 value = ctx.field(e, name)
-                if value is not None and str(value).lstrip("-").isdigit():
-                    out.add(int(value))
+                for part in str(value if value is not None else "").replace(" ", "").split(","):
+                    if part.isdigit():
+                        out.add(int(part))
         return sorted(out)
     if strategy == "peers_of_reporter":
         world = ctx.job.get("world_size") or 0
@@ -300,7 +301,8 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
             return [1 - reporters[0]]
         peers = sorted(ctx.visible - set(reporters))
         return peers if len(peers) == 1 else []
-    if strategy in ("laggards", "laggards_or_silent_peers", "silent_peers") and ctx.job.get("world_size") == 1:
+    if strategy in ("laggards", "laggards_or_silent_peers", "silent_peers") and ctx.job.get("world_size") == 1 \
+            and ctx.job.get("world_size_declared"):
         return reporters  # alone in the world: the rank timed out on its own collective
     if strategy in ("laggards", "laggards_or_silent_peers"):
         lag = _laggards(ctx, hit)
@@ -332,11 +334,17 @@ def _laggards(ctx: Context, hit: Hit) -> list[int]:
 
 
 def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
-    """Visible ranks that did not report the failure: the rank the others were waiting for."""
+    """Visible ranks that did not report the failure: the rank the others were waiting for.
+
+    Only ranks whose whole output is here count (a per-rank file or a tee'd console stream): in a pasted excerpt
+    a rank without the line may just have been cut out of the paste.
+    """
     reporters = set(hit.ranks)
     if not reporters:
         return []
-    peers = sorted(r for r in ctx.visible - reporters if r in ctx.by_rank)
+    complete = {r for r, rows in ctx.by_rank.items()
+                if any(e["tee_lrank"] is not None or e["node"] is not None for e in rows)}
+    peers = sorted(r for r in (ctx.visible & complete) - reporters)
     if peers and len(peers) < max(len(reporters), 1) + len(peers):
         return peers
     return []

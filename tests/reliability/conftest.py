@@ -1,4 +1,4 @@
-"""Shared helpers for the reliability tests: real fixture trees copied into tmp_path, the CLI run as a subprocess."""
+"""Helpers for the reliability tests: real fixture trees copied into tmp_path, the CLI run as a subprocess."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-# A real torchrun run (torch 2.13.0+cpu, gloo): rank 1 skips an all_reduce, rank 0 times out. See its scenario.yaml.
+# A real torchrun run (torch 2.13.0+cpu, gloo): rank 1 skips an all_reduce, rank 0 times out (scenario.yaml).
 RUN = REPO / "fixtures/real/runs/03_skip_allreduce_rank1_stall_gloo_timeout"
 NODE = "logs/none_97seex9t"
 RANK0 = f"{NODE}/attempt_0/0"
@@ -80,8 +80,8 @@ def has_note(result: Result, *fragments: str) -> str:
 
 
 def tree_digest(path: Path) -> dict[str, tuple[str, str]]:
-    """Every entry under `path` (itself included) by lstat: type, and content hash or link target. Never opens a
-    FIFO and never follows a link, so it is safe on the damaged trees."""
+    """Every entry under `path` (itself included) by lstat: type, and content hash or link target.
+    Never opens a FIFO and never follows a link, so it is safe on the damaged trees."""
     entries = [path, *path.rglob("*")] if path.is_dir() and not path.is_symlink() else [path]
     out: dict[str, tuple[str, str]] = {}
     for entry in entries:
@@ -90,7 +90,8 @@ def tree_digest(path: Path) -> dict[str, tuple[str, str]]:
         if stat.S_ISLNK(st.st_mode):
             out[rel] = ("link", os.readlink(entry))
         elif stat.S_ISREG(st.st_mode):
-            out[rel] = ("file", hashlib.sha256(entry.read_bytes()).hexdigest() + f":{st.st_mode:o}:{st.st_mtime_ns}")
+            digest = hashlib.sha256(entry.read_bytes()).hexdigest()
+            out[rel] = ("file", f"{digest}:{st.st_mode:o}:{st.st_mtime_ns}")
         elif stat.S_ISDIR(st.st_mode):
             out[rel] = ("dir", f"{st.st_mode:o}")
         else:
