@@ -517,8 +517,8 @@ def write_stream(out: BinaryIO, writer: Writer, body_bytes: int, header: bytes) 
     return written
 
 
-def header_text(lines: list[str], prefix: str = "") -> bytes:
-    return "".join(f"{prefix}{line}\n" for line in lines).encode("utf-8")
+def header_text(lines: list[str]) -> bytes:
+    return "".join(line + "\n" for line in lines).encode("utf-8")
 
 
 def rank_header(who: RankIdentity, rng: random.Random) -> bytes:

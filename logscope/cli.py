@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import stat
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -84,10 +87,17 @@ def _run_with_progress(run, path: Path, rules: list[Path], follow: bool, quiet: 
 
 
 def _input_bytes(path: Path) -> int:
+    """Total size for the progress bar; links are not followed (a symlink loop must not hang it)."""
     try:
         if path.is_file():
             return path.stat().st_size
-        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+        total = 0
+        for root, _, files in os.walk(path):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    st = os.lstat(os.path.join(root, name))
+                    total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+        return total
     except OSError:
         return 0
 

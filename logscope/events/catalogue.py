@@ -10,7 +10,7 @@ import regex
 import yaml
 
 LEVELS = ("benign", "info", "warning", "error")
-_KEYS = {"kind", "level", "phase", "prefilter", "pattern", "wrapped", "limit", "source"}
+_KEYS = {"kind", "level", "phase", "prefilter", "pattern", "wrapped", "limit", "cap", "source"}
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Signature:
     prefilter_re: regex.Pattern[str]
     wrapped: bool
     limit: int | None
+    cap: int | None
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ def catalogue() -> Catalogue:
             raise ValueError(f"signature {entry['kind']}: level {level!r} not in {LEVELS}")
         prefilter = str(entry["prefilter"])
         limit = entry.get("limit")
+        cap = entry.get("cap")
         signatures.append(
             Signature(
                 kind=str(entry["kind"]),
@@ -64,6 +66,7 @@ def catalogue() -> Catalogue:
                 prefilter_re=regex.compile(prefilter),
                 wrapped=bool(entry.get("wrapped", False)),
                 limit=int(str(limit)) if limit is not None else None,
+                cap=int(str(cap)) if cap is not None else None,
             )
         )
     union = "|".join(f"(?:{s.prefilter})" for s in signatures)

@@ -59,6 +59,7 @@ class Reader:
     stats: list[SourceStats] = field(default_factory=list)
     archive_limit: int = field(default_factory=archive_limit)
     archive_bytes: dict[str, int] = field(default_factory=dict)  # decompressed so far, per archive
+    exhausted: set[str] = field(default_factory=set)  # archives that reached the limit: no more members read
 
     @property
     def notes(self) -> list[str]:
@@ -75,6 +76,9 @@ class Reader:
         for archive, prefix in self.inventory.tar_archives:
             for src, handle in iter_tar(archive, prefix, self.inventory.notes):
                 yield src, handle, None
+                # Stop before the stream moves on: reaching the next member inflates the rest of this one.
+                if prefix[:-1] in self.exhausted:
+                    break
 
     def blocks(self) -> Iterator[Block]:
         for src, handle, error in self._opened():
@@ -91,6 +95,12 @@ class Reader:
             if src.archive is not None:
                 self.archive_bytes[src.archive] = self.archive_bytes.get(src.archive, 0) + stats.bytes
             self._note_damage(src, stats)
+
+    def _exhaust(self, archive: str) -> None:
+        if archive not in self.exhausted:
+            self.exhausted.add(archive)
+            self.notes.append(f"{archive}: decompression limit reached ({self.archive_limit} bytes, "
+                              f"{ARCHIVE_LIMIT_ENV}); later members not read")
 
     def _note_damage(self, src: Source, stats: SourceStats) -> None:
         """One note per kind of damage that was read through (the reader never stops for these)."""
@@ -110,8 +120,7 @@ class Reader:
             limit = left if limit is None else min(limit, left)
             if left <= 0:
                 stats.error = "size limit"
-                self.notes.append(f"{src.path}: skipped, {src.archive} already inflated to the decompression "
-                                  f"limit ({self.archive_limit} bytes, {ARCHIVE_LIMIT_ENV})")
+                self._exhaust(src.archive)
                 return
         pending = b""
         line_no = 1
@@ -136,11 +145,16 @@ class Reader:
                     return
             stats.bytes += len(chunk)
             if limit is not None and stats.bytes > limit:
-                what = f"decompression limit, {ARCHIVE_LIMIT_ENV}" if src.archive else "error.json limit"
-                self.notes.append(f"{src.path}: more than {limit} bytes ({what}), read stopped there")
+                if src.archive is not None and limit == left:
+                    self.notes.append(f"{src.path}: read stopped at the decompression limit of {src.archive} "
+                                      f"({self.archive_limit} bytes, {ARCHIVE_LIMIT_ENV})")
+                else:
+                    self.notes.append(f"{src.path}: over the error.json limit of {limit} bytes, read stopped")
                 chunk = chunk[: max(0, len(chunk) - (stats.bytes - limit))]
                 stats.bytes = limit
                 stats.error = "size limit"
+                if src.archive is not None and limit == left:
+                    self._exhaust(src.archive)
             data = pending + chunk
             if not chunk:
                 if data:

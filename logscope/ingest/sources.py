@@ -87,13 +87,28 @@ def _gzip_opener(path: Path) -> Callable[[], IO[bytes]]:
     return open_file
 
 
-def _zip_opener(archive: Path, name: str) -> Callable[[], IO[bytes]]:
-    def open_member() -> IO[bytes]:
-        zf = zipfile.ZipFile(archive)
-        handle = zf.open(name)
-        return handle
+class _ZipMembers:
+    """Opens the members of one zip through one ZipFile: opening the archive again per member would read its
+    whole directory each time (quadratic). Closed once the last member is open (which keeps the file open)."""
 
-    return open_member
+    def __init__(self, archive: Path, count: int) -> None:
+        self.archive = archive
+        self.left = count
+        self.zf: zipfile.ZipFile | None = None
+
+    def opener(self, info: zipfile.ZipInfo) -> Callable[[], IO[bytes]]:
+        def open_member() -> IO[bytes]:
+            if self.zf is None:
+                self.zf = zipfile.ZipFile(self.archive)
+            try:
+                return self.zf.open(info)
+            finally:
+                self.left -= 1
+                if self.left == 0:
+                    self.zf.close()
+                    self.zf = None
+
+        return open_member
 
 
 def _add_archive(inv: Inventory, path: Path, shown: str) -> None:
@@ -102,12 +117,10 @@ def _add_archive(inv: Inventory, path: Path, shown: str) -> None:
     try:
         if lower.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
-                for info in zf.infolist():
-                    if info.is_dir():
-                        continue
-                    src = classify(info.filename, info.file_size, prefix)
-                    if src is not None:
-                        inv.sources.append((src, _zip_opener(path, info.filename)))
+                found = [(src, info) for info in zf.infolist() if not info.is_dir()
+                         if (src := classify(info.filename, info.file_size, prefix)) is not None]
+            members = _ZipMembers(path, len(found))
+            inv.sources.extend((src, members.opener(info)) for src, info in found)
         elif lower.endswith((".tar.gz", ".tgz", ".tar")):
             inv.tar_archives.append((path, prefix))
         elif lower.endswith(".gz"):
@@ -160,7 +173,7 @@ def discover(path: Path, follow_symlinks: bool = False) -> Inventory:
         where = Path(exc.filename).relative_to(path).as_posix() if exc.filename else "?"
         inv.notes.append(f"{where}: cannot list folder ({exc.strerror}), skipped")
 
-    for dirpath, dirnames, filenames in os.walk(path, followlinks=follow_symlinks, onerror=unreadable_dir):
+    for dirpath, dirnames, filenames in walk(str(path), follow_symlinks, unreadable_dir):
         # Plain strings and one lstat per file: a tree of 100 000 files must not spend minutes in pathlib.
         rel_here = os.path.relpath(dirpath, path).replace(os.sep, "/")
         prefix = "" if rel_here == "." else rel_here + "/"
@@ -212,6 +225,34 @@ def discover(path: Path, follow_symlinks: bool = False) -> Inventory:
                 inv.sources.append((found, _file_opener(full)))
     _drop_copied_nodes(inv, path)
     return inv
+
+
+def walk(
+    top: str, follow_symlinks: bool, onerror: Callable[[OSError], None]
+) -> Iterator[tuple[str, list[str], list[str]]]:
+    """os.walk, top-down, without recursion: os.walk recurses in Python 3.11, so a tree a thousand folders
+    deep would raise RecursionError. The caller may prune `dirnames` in place, as with os.walk; symlinked
+    folders are listed in `dirnames` but entered only when `follow_symlinks`."""
+    stack = [top]
+    while stack:
+        dirpath = stack.pop()
+        try:
+            with os.scandir(dirpath) as scan:
+                entries = list(scan)
+        except OSError as exc:
+            onerror(exc)
+            continue
+        dirnames: list[str] = []
+        filenames: list[str] = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            (dirnames if is_dir else filenames).append(entry.name)
+        yield dirpath, dirnames, filenames
+        subdirs = [os.path.join(dirpath, d) for d in dirnames]
+        stack.extend(reversed([d for d in subdirs if follow_symlinks or not os.path.islink(d)]))
 
 
 def _file_type(mode: int) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from logscope.errors import OutputError
+from logscope.ingest.sources import classify
 from logscope.model import Analysis
 from logscope.outputs import is_inside, write_atomic
 
@@ -39,7 +40,9 @@ def plan_outputs(
             if len(formats) == 1:
                 fmt = formats[0]
             else:
-                raise OutputError(f"cannot tell the format of {out}: use an extension ({', '.join(FORMATS)}) or --format")
+                raise OutputError(
+                    f"cannot tell the format of {out}: use an extension ({', '.join(FORMATS)}) or --format"
+                )
         plan.files.append((fmt, path))
     if folder is not None:
         if not folder.is_dir():
@@ -58,16 +61,34 @@ def plan_outputs(
             raise OutputError("several formats need an output folder (-o DIR) or one -o file per format")
         plan.stdout_format = formats[0] if formats else "text"
     for _, path in plan.files:
-        if is_inside(path.parent if path.parent != Path("") else Path("."), input_path) and input_path.is_dir() \
-                and not allow_inside_input:
-            raise OutputError(f"refusing to write {path} inside the input tree (pass --allow-output-in-input)")
+        if _overwrites_input(path, input_path):
+            raise OutputError(f"refusing to overwrite {path}: it is part of the input")
+        inside = is_inside(path.parent if path.parent != Path("") else Path("."), input_path)
+        if inside and input_path.is_dir() and not allow_inside_input:
+            raise OutputError(
+                f"refusing to write {path} inside the input tree (pass --allow-output-in-input)"
+            )
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir():
             raise OutputError(f"cannot write {path}: folder {parent} does not exist")
     return plan
 
 
-def write_outputs(plan: Plan, analysis: Analysis, renderer: Callable[[str], Callable[[Analysis], str]]) -> None:
+def _overwrites_input(path: Path, input_path: Path) -> bool:
+    """The input file itself, or a log in the input tree: never replaced, not even when output is allowed
+    inside the input."""
+    if not path.exists():
+        return False
+    if path.resolve() == input_path.resolve():
+        return True
+    if not (input_path.is_dir() and is_inside(path, input_path)):
+        return False
+    return classify(path.resolve().relative_to(input_path.resolve()).as_posix(), None) is not None
+
+
+def write_outputs(
+    plan: Plan, analysis: Analysis, renderer: Callable[[str], Callable[[Analysis], str]]
+) -> None:
     rendered = {fmt: renderer(fmt)(analysis) for fmt in {f for f, _ in plan.files} | (
         {plan.stdout_format} if plan.stdout_format else set())}
     for fmt, path in plan.files:

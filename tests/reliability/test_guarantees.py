@@ -162,3 +162,19 @@ def test_html_report_escapes_log_text(run_copy: Copy, tmp_path: Path) -> None:
     assert '<script>alert("logscope")' not in page
     assert "<img src=x" not in page
     assert 'href="javascript:' not in page and "href='javascript:" not in page
+
+
+# Terminal control sequences a log line can carry: set the window title (OSC 0), plant a hyperlink (OSC 8),
+# reset the terminal (RIS).
+TERMINAL_PAYLOAD = b"\x1b]0;retitled\x07\x1b]8;;http://example.invalid/\x1b\\click\x1b]8;;\x1b\\\x1bc"
+
+
+def test_text_report_prints_no_terminal_controls_from_logs(run_copy: Copy) -> None:
+    run = run_copy()
+    log = run / RANK0 / "stderr.log"
+    # Right after "RuntimeError: ", so the evidence line shown in the text report holds it.
+    log.write_bytes(log.read_bytes().replace(b"RuntimeError: [", b"RuntimeError: " + TERMINAL_PAYLOAD + b"["))
+    result = cli("analyze", run, "-f", "text")
+    assert result.rc in (0, 1), result.stderr
+    assert "RuntimeError: " in result.stdout and "retitled" in result.stdout  # the line is shown ...
+    assert not regex.search(r"[\x00-\x08\x0b-\x1f\x7f]", result.stdout)  # ... with no control character left
