@@ -118,7 +118,7 @@ class Extractor:
         self._contexts: dict[tuple[int, int], list[tuple[int, str]]] = {}
         self._context_count: Counter[int] = Counter()
         self._kind_count: Counter[tuple[int, str]] = Counter()
-        self._tails: dict[tuple[int, str], dict[str, Any]] = {}
+        self._tails: dict[tuple[int, str], tuple[int, Source, int, Signature, regex.Match[str], Any]] = {}
         self.notes: list[str] = []
         self._hit_exprs = [
             pl.when(pl.col("t").str.contains(sig.prefilter)).then(pl.lit(i, dtype=pl.Int32))
@@ -144,7 +144,8 @@ class Extractor:
                 batch, size = [], 0
         if batch:
             self._batch(batch)
-        self._rows.extend(self._tails.values())
+        for sid, src, line_no, sig, m, line in self._tails.values():
+            self._rows.append(self._row(sid, src, line_no, sig.kind, sig.level, sig.phase, line, _fields(sig, m, line.text)))
         events = pl.DataFrame(self._rows, schema=EVENT_SCHEMA, orient="row") if self._rows else pl.DataFrame(
             schema=EVENT_SCHEMA
         )
@@ -178,7 +179,11 @@ class Extractor:
             block = batch[b]
             line = block.first_line + off
             if "\r" in text:
-                for segment in text.rstrip("\r").split("\r"):
+                segments = text.rstrip("\r").split("\r")
+                last = len(segments) - 1
+                for n, segment in enumerate(segments):
+                    if n != last and "%|" in segment:
+                        continue  # a progress-bar refresh overwritten by the next one: only the last one counts
                     seg_sigs = [i for i in sigs if self.signatures[i].prefilter_re.search(segment)]
                     if seg_sigs:
                         self._match(block, line, segment, seg_sigs, texts, blocks, row)
@@ -277,15 +282,14 @@ class Extractor:
             self._kind_count[key] += 1
             if self._kind_count[key] > sig.limit:
                 return
-        fields = _fields(sig, m, line.text)
-        row_data = self._row(block.sid, src, line_no, sig.kind, sig.level, sig.phase, line, fields)
         if sig.cap is not None:
             key = (block.sid, sig.kind)
             self._kind_count[key] += 1
             if self._kind_count[key] > sig.cap:
-                self._tails[key] = row_data  # only the latest one past the cap is kept
+                self._tails[key] = (block.sid, src, line_no, sig, m, line)  # only the latest one is kept
                 return
-        self._rows.append(row_data)
+        fields = _fields(sig, m, line.text)
+        self._rows.append(self._row(block.sid, src, line_no, sig.kind, sig.level, sig.phase, line, fields))
         if sig.level in ("warning", "error") and self._context_count[block.sid] < MAX_CONTEXT_PER_SOURCE:
             self._context_count[block.sid] += 1
             lo = max(0, row - CONTEXT)

@@ -148,13 +148,12 @@ class Reader:
                 if src.archive is not None and limit == left:
                     self.notes.append(f"{src.path}: read stopped at the decompression limit of {src.archive} "
                                       f"({self.archive_limit} bytes, {ARCHIVE_LIMIT_ENV})")
+                    self._exhaust(src.archive)
                 else:
                     self.notes.append(f"{src.path}: over the error.json limit of {limit} bytes, read stopped")
                 chunk = chunk[: max(0, len(chunk) - (stats.bytes - limit))]
                 stats.bytes = limit
                 stats.error = "size limit"
-                if src.archive is not None and limit == left:
-                    self._exhaust(src.archive)
             data = pending + chunk
             if not chunk:
                 if data:
