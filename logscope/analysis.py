@@ -36,8 +36,8 @@ def analyze(
             yield block
 
     extraction = Extractor(catalogue()).run(blocks())
-    readable = [s for s, st in zip(reader.sources, reader.stats, strict=True) if st.error is None and not st.binary]
-    if not readable or all(st.lines == 0 and st.bytes == 0 for st in reader.stats):
+    extraction.notes[:0] = reader.notes  # what ingest skipped, cut or could not read reaches the diagnosis
+    if not any(st.bytes > 0 and not st.binary for st in reader.stats):  # a truncated archive still has lines
         detail = f" ({'; '.join(reader.notes[:3])})" if reader.notes else ""
         if not reader.sources:
             raise InputError(f"nothing that looks like a log under {path}{detail}")

@@ -87,12 +87,14 @@ def _run_with_progress(run, path: Path, rules: list[Path], follow: bool, quiet: 
 
 
 def _input_bytes(path: Path) -> int:
-    """Total size for the progress bar; links are not followed (a symlink loop must not hang it)."""
+    """Total size for the progress bar; links are not followed (a symlink loop must not hang it), and the
+    walk does not recurse (os.walk does in Python 3.11: 1000 nested folders raise RecursionError)."""
+    from logscope.ingest.sources import walk
     try:
         if path.is_file():
             return path.stat().st_size
         total = 0
-        for root, _, files in os.walk(path):
+        for root, _, files in walk(str(path), follow_symlinks=False, onerror=lambda _: None):
             for name in files:
                 with contextlib.suppress(OSError):
                     st = os.lstat(os.path.join(root, name))

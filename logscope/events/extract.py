@@ -56,13 +56,13 @@ def _fields(sig: Signature, m: regex.Match[str], text: str) -> dict[str, Any]:
     return found
 
 
-def _unwrap_fixed_width(frame: pl.DataFrame) -> pl.DataFrame:
+def _unwrap_fixed_width(frame: pl.DataFrame, blocks: list[int]) -> pl.DataFrame:
     """Re-join messages that a terminal or a paste hard-wrapped at a fixed width (a watchdog line broken mid-number).
 
     A block is hard-wrapped when many of its lines have exactly the same length W >= 60 (padding spaces included).
     Each such line is joined with the lines after it; the continuation rows become empty so line numbers stay put.
     """
-    lengths = frame.select("b", pl.col("t").str.len_chars().alias("n"))
+    lengths = frame.filter(pl.col("b").is_in(blocks)).select("b", pl.col("t").str.len_chars().alias("n"))
     totals = lengths.group_by("b").len().rename({"len": "lines"})
     widths = (
         lengths.filter(pl.col("n") >= 60)
@@ -153,6 +153,10 @@ class Extractor:
 
     # -- one batch of blocks: the vectorised scan
     def _batch(self, batch: list[Block]) -> None:
+        starts, first = [], 0
+        for b in batch:  # row number of each block's first line once the blocks are split into lines
+            starts.append(first)
+            first += b.text.count("\n") + 1
         frame = (
             pl.DataFrame(
                 {
@@ -161,12 +165,15 @@ class Extractor:
                     "t": [b.text for b in batch],
                 }
             )
-            .with_columns(pl.col("t").str.split("\n"))
+            .with_columns(pl.col("t").str.split("\n"), pl.Series("start", starts, dtype=pl.Int64))
             .explode("t")
-            .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("b").alias("off"))
             .with_row_index("row")
+            .with_columns((pl.col("row").cast(pl.Int64) - pl.col("start")).alias("off"))
         )
-        frame = _unwrap_fixed_width(frame)
+        # Terminals and pastes hard-wrap; files that torchrun writes for a rank do not.
+        pasted = [i for i, b in enumerate(batch) if b.source.role == "console"]
+        if pasted:
+            frame = _unwrap_fixed_width(frame, pasted)
         selected = frame.filter(pl.col("t").str.contains(self._live_union(batch)))
         candidates = self._within_quota(selected).with_columns(
             pl.concat_list(self._hit_exprs).list.drop_nulls().alias("sigs")
@@ -179,11 +186,7 @@ class Extractor:
             block = batch[b]
             line = block.first_line + off
             if "\r" in text:
-                segments = text.rstrip("\r").split("\r")
-                last = len(segments) - 1
-                for n, segment in enumerate(segments):
-                    if n != last and "%|" in segment:
-                        continue  # a progress-bar refresh overwritten by the next one: only the last one counts
+                for segment in text.rstrip("\r").split("\r"):
                     seg_sigs = [i for i in sigs if self.signatures[i].prefilter_re.search(segment)]
                     if seg_sigs:
                         self._match(block, line, segment, seg_sigs, texts, blocks, row)

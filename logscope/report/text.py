@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from logscope.model import Analysis
+from logscope.report.github import printable
 
 _COLOUR = {"healthy": "green", "single_rank": "yellow", "stall": "yellow"}
 _STATUS = {"pass": "[green]pass[/]", "fail": "[red]fail[/]", "unknown": "[dim]unknown[/]"}
@@ -24,13 +25,13 @@ def render(analysis: Analysis, width: int = 110, color: bool = False) -> str:
     culprit = ", ".join(map(str, v["culprit_ranks"])) or "—"
     console.print(f"[bold {colour}]{v['category']}[/]  culprit rank(s): [bold]{culprit}[/]  "
                   f"confidence {v['confidence']:.2f}")
-    console.print(escape(v["summary"]))
+    console.print(_text(v["summary"]))
     step = v["next_step"]
-    console.print(f"\n[bold]Next step {step['id']}[/] — {escape(step['title'])}")
+    console.print(f"\n[bold]Next step {step['id']}[/] — {_text(step['title'])}")
     if step.get("detail"):
-        console.print(f"  {escape(step['detail'])}")
+        console.print(f"  {_text(step['detail'])}")
     if step.get("command"):
-        console.print(f"  $ {escape(step['command'])}")
+        console.print(f"  $ {_text(step['command'])}")
     job = d["job"]
     console.print(
         f"\njob: world size {job['world_size'] or '?'}, {job['nnodes'] or '?'} node(s), {job['attempts']} attempt(s), "
@@ -45,12 +46,12 @@ def render(analysis: Analysis, width: int = 110, color: bool = False) -> str:
         shown = d["ranks"][:64]
         for r in shown:
             table.add_row(
-                str(r["rank"]), escape(str(r["node"] or "")), str(r["local_rank"] if r["local_rank"] is not None else ""),
+                str(r["rank"]), _text(str(r["node"] or "")), str(r["local_rank"] if r["local_rank"] is not None else ""),
                 r["status"], "" if r["exit_code"] is None else str(r["exit_code"]) + (f" {r['signal']}" if r["signal"] else ""),
                 str(r["phase"] or ""), "" if r["last_iteration"] is None else str(r["last_iteration"]),
                 f"{'' if r['last_seq_enqueued'] is None else r['last_seq_enqueued']}/"
                 f"{'' if r['last_seq_completed'] is None else r['last_seq_completed']}",
-                escape(str(r.get("last_event") or "")),
+                _text(str(r.get("last_event") or "")),
             )
         console.print(table)
         if len(d["ranks"]) > len(shown):
@@ -59,11 +60,17 @@ def render(analysis: Analysis, width: int = 110, color: bool = False) -> str:
         console.print("\n[bold]findings[/]")
         for f in d["findings"]:
             console.print(f"  [{'red' if f['severity'] in ('error', 'critical') else 'yellow'}]{f['severity']:<8}[/] "
-                          f"{f['rule']} {escape(f['title'])} (ranks {', '.join(map(str, f['ranks'])) or '?'})")
+                          f"{f['rule']} {_text(f['title'])} (ranks {', '.join(map(str, f['ranks'])) or '?'})")
             if f["evidence"]:
                 ev = f["evidence"][0]
-                console.print(f"           {escape(ev['path'])}:{ev['line']}: {escape(ev['text'][:150])}")
+                console.print(f"           {_text(ev['path'])}:{ev['line']}: {_text(ev['text'][:150])}")
     console.print("\n[bold]checklist[/]  " + "  ".join(f"{c['id']} {_STATUS[c['status']]}" for c in d["checklist"]))
     for note in d.get("notes", [])[:10]:
-        console.print(f"[dim]note: {escape(note)}[/]")
+        console.print(f"[dim]note: {_text(note)}[/]")
     return buf.getvalue()
+
+
+def _text(value: str) -> str:
+    """Data for the terminal: escape sequences and control characters out (a log line must not retitle the
+    terminal or plant a hyperlink), rich markup escaped."""
+    return escape(printable(value))

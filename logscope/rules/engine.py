@@ -19,6 +19,7 @@ PHASE_ORDER = {"launch": 0, "init": 1, "sync": 2, "train": 3, "end": 4, "fail": 
 MAX_EVIDENCE = 12
 SEVERITY_RANK = {"info": 0, "note": 1, "warning": 2, "error": 3, "critical": 4}
 REGEX_TIMEOUT_S = 0.05  # user regexes run with a timeout: catastrophic backtracking cannot hang the run
+MAX_REGEX_TIMEOUTS = 20  # per rule: past this its regexes count as no match, so a run's regex time is bounded
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Context:
         self.visible = {r for r, info in self.ranks.items() if info["status"] == "visible"}
         self.hidden = {r for r, info in self.ranks.items() if info["status"] == "hidden"}
         self.final_attempt = max((r["attempt"] for r in self.rows if r["attempt"] is not None), default=0)
+        self.regex_timeouts: Counter[str] = Counter()
 
     def field(self, row: dict[str, Any], name: str) -> Any:
         if name in row and name not in ("fields", "_f") and row[name] is not None:
@@ -79,10 +81,13 @@ def _where_ok(rule: Rule, ctx: Context, row: dict[str, Any]) -> bool:
             return False
         for key, want in (("regex", True), ("not_regex", False)):
             if key in cond:
-                try:
-                    found = rule.compiled[f"{i}.{key}"].search(str(value or ""), timeout=REGEX_TIMEOUT_S) is not None
-                except TimeoutError:
-                    found = False
+                found = False
+                if ctx.regex_timeouts[rule.id] < MAX_REGEX_TIMEOUTS:
+                    try:
+                        pattern = rule.compiled[f"{i}.{key}"]
+                        found = pattern.search(str(value or ""), timeout=REGEX_TIMEOUT_S) is not None
+                    except TimeoutError:
+                        ctx.regex_timeouts[rule.id] += 1
                 if found != want:
                     return False
         try:

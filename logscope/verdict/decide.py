@@ -81,7 +81,7 @@ def _completeness(aligned: Aligned) -> float:
     factor = 1.0
     if any(st.error for st in aligned.stats) or any("truncated" in n or "corrupt" in n for n in aligned.notes):
         factor *= 0.85
-    if any(st.cut_lines or st.binary for st in aligned.stats):
+    if any(st.cut_lines or st.binary or st.ends_mid_line or st.replaced_bytes for st in aligned.stats):
         factor *= 0.95
     return factor
 
