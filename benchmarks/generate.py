@@ -31,13 +31,9 @@ from typing import BinaryIO
 
 GENERATOR_VERSION = 1
 DATA_DIR = Path(__file__).resolve().parent / "data"
-TEMPLATE_BYTES = (
-    4 << 20
-)  # one rendered repetition; large enough that the per-repetition overhead is negligible
+TEMPLATE_BYTES = 4 << 20  # one rendered repetition; large enough that the per-repetition overhead is negligible
 RANKS_PER_NODE = 8
-RUN_START = (
-    1752048000.0  # 2025-07-09 08:00:00 UTC: the date of the real 2.6-2.10 cascade quoted in torch_logs.md
-)
+RUN_START = 1752048000.0  # 2025-07-09 08:00:00 UTC: the date of the real 2.6-2.10 cascade quoted in torch_logs.md
 RUN_SECONDS = 9 * 3600.0  # nominal wall-clock span of every generated run
 STDOUT_SHARE = 0.8  # NCCL INFO, Kit and rsl_rl go to stdout; tqdm and the c10 logger to stderr
 
@@ -174,17 +170,13 @@ class RankIdentity:
 def identity(rank: int, world: int, seed: int) -> RankIdentity:
     rng = random.Random(f"{seed}:identity:{rank}")
     node = rank // RANKS_PER_NODE
-    return RankIdentity(
-        rank, rank % RANKS_PER_NODE, node, world, f"gpu-node-{node:03d}", rng.randrange(2000, 99000)
-    )
+    return RankIdentity(rank, rank % RANKS_PER_NODE, node, world, f"gpu-node-{node:03d}", rng.randrange(2000, 99000))
 
 
 class Writer:
     """Emits lines (each with the console prefix, if any) into a template; owns the counters' slot kinds."""
 
-    def __init__(
-        self, template: Template, timeline: Timeline, rng: random.Random, iters_per_rep: int
-    ) -> None:
+    def __init__(self, template: Template, timeline: Timeline, rng: random.Random, iters_per_rep: int) -> None:
         self.t = template
         self.timeline = timeline
         self.rng = rng
@@ -193,9 +185,7 @@ class Writer:
         self.iterations_total = 1
         self.epochs_per_rep = 1
         self.kit_date = SlotKind(lambda rep, frac: kit_datetime(self.timeline.at(rep, frac)))
-        self.kit_uptime = SlotKind(
-            lambda rep, frac: f"{int((self.timeline.at(rep, frac) - RUN_START) * 1000):,}"
-        )
+        self.kit_uptime = SlotKind(lambda rep, frac: f"{int((self.timeline.at(rep, frac) - RUN_START) * 1000):,}")
         self.iteration = SlotKind(self._iteration_header)
         self.timesteps = SlotKind(lambda rep, j: str((rep * self.iters_per_rep + int(j) + 1) * 98304))
         self.elapsed = SlotKind(lambda rep, frac: hms(self.timeline.at(rep, frac) - RUN_START))
@@ -229,9 +219,7 @@ class Writer:
         bus = f"{(who.local_rank + 1) * 0x100000 + rng.choice((0, 0x1000)):x}"
         nranks = who.world
         api = rng.choice(("ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommSplit"))
-        ident = (
-            f"comm {comm} rank {who.rank} nranks {nranks} cudaDev {who.local_rank} nvmlDev {who.local_rank}"
-        )
+        ident = f"comm {comm} rank {who.rank} nranks {nranks} cudaDev {who.local_rank} nvmlDev {who.local_rank}"
         self.line(f"{head}{api} {ident} busId {bus} commId {comm_id} - Init START")
         self.line(f"{head}Setting affinity for GPU {who.local_rank} to ffff,ff000000")
         nodes = max(1, (nranks + RANKS_PER_NODE - 1) // RANKS_PER_NODE)
@@ -250,10 +238,7 @@ class Writer:
         for ch in range(channels):
             peer_local = nxt % RANKS_PER_NODE
             if nxt // RANKS_PER_NODE == who.node:
-                self.line(
-                    f"{head}Channel {ch:02d}/0 : {who.rank}[{who.local_rank}] -> {nxt}[{peer_local}] "
-                    "via P2P/IPC"
-                )
+                self.line(f"{head}Channel {ch:02d}/0 : {who.rank}[{who.local_rank}] -> {nxt}[{peer_local}] via P2P/IPC")
             else:
                 self.line(
                     f"{head}Channel {ch:02d}/0 : {who.rank}[{who.local_rank}] -> {nxt}[{peer_local}] "
@@ -268,14 +253,9 @@ class Writer:
 
     # -- Isaac Sim / Kit (isaaclab.md §4.1) ---------------------------------------------------------------
     def kit_startup(self) -> None:
-        self.line(
-            "[INFO][AppLauncher]: Loading experience file: "
-            "/workspace/isaaclab/apps/isaaclab.python.headless.kit"
-        )
+        self.line("[INFO][AppLauncher]: Loading experience file: /workspace/isaaclab/apps/isaaclab.python.headless.kit")
         self.line("Loading user config located at: '/isaac-sim/kit/data/Kit/Isaac-Sim/4.5/user.config.json'")
-        self.line(
-            "[Info] [carb] Logging to file: /isaac-sim/kit/logs/Kit/Isaac-Sim/4.5/kit_20250709_080000.log"
-        )
+        self.line("[Info] [carb] Logging to file: /isaac-sim/kit/logs/Kit/Isaac-Sim/4.5/kit_20250709_080000.log")
 
     def kit_warning(self, frac: float) -> None:
         channel, message = self.rng.choice(KIT_WARNINGS)
@@ -296,8 +276,7 @@ class Writer:
         self.line("")
         fps = 98304 / (collection + learning)
         self.line(
-            f"{'Computation:':>{pad}} {fps:.0f} steps/s "
-            f"(collection: {collection:.3f}s, learning {learning:.3f}s)"
+            f"{'Computation:':>{pad}} {fps:.0f} steps/s (collection: {collection:.3f}s, learning {learning:.3f}s)"
         )
         self.line(f"{'Mean action noise std:':>{pad}} {rng.uniform(0.3, 1.0):.2f}")
         self.line(f"{'Mean value_function loss:':>{pad}} {rng.uniform(0.001, 0.4):.4f}")
@@ -416,8 +395,7 @@ def cascade_lines(who: RankIdentity, failure: Failure, rng: random.Random) -> li
         c10("wd", 0) + timeout,
         c10("status", 1) + f"{pg}  failure detected by watchdog at work sequence id: {seq} PG status: "
         f"last enqueued work: {seq}, last completed work: {seq - 1}",
-        c10("fr", 2)
-        + "Stack trace of the failed collective not found, potentially because FlightRecorder is "
+        c10("fr", 2) + "Stack trace of the failed collective not found, potentially because FlightRecorder is "
         "disabled. You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value.",
         c10("first", 3) + f"{pg} First PG on this rank to signal dumping.",
         c10("some", 4) + f"[Rank {r}] Some NCCL operations have failed or timed out. Due to the asynchronous "
@@ -598,16 +576,13 @@ def generate_console(path: Path, ranks: int, bytes_per_rank: int, seed: int) -> 
             w.nccl_comm_init(who)
     w.iters_per_rep, w.epochs_per_rep = max(iters, 1), max(bars, 1)
     w.t.seal()
-    agent = (
-        "W0709 08:00:00.957000 9874 torch/distributed/run.py:874] "  # real runs/01 console, its date moved
-    )
+    agent = "W0709 08:00:00.957000 9874 torch/distributed/run.py:874] "  # real runs/01 console, its date moved
     stars = "*" * 41
     header = header_text(
         [
             agent,
             agent + stars,
-            agent
-            + "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid "
+            agent + "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid "
             "your system being overloaded, please further tune the variable for optimal performance in your "
             "application as needed. ",
             agent + stars,
@@ -615,9 +590,7 @@ def generate_console(path: Path, ranks: int, bytes_per_rank: int, seed: int) -> 
     )
     for who in people:
         header += b"".join(
-            f"[default{who.local_rank}]:".encode() + line + b"\n"
-            for line in rank_header(who, rng).split(b"\n")
-            if line
+            f"[default{who.local_rank}]:".encode() + line + b"\n" for line in rank_header(who, rng).split(b"\n") if line
         )
     tail_lines: list[str] = []
     for who in people:
@@ -709,12 +682,8 @@ def generate(case: Case, seed: int = 0, force: bool = False) -> Manifest:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "cases", nargs="*", default=list(STANDARD_CASES), help="e.g. 8x128MB 8x1GB single-2GB"
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cases", nargs="*", default=list(STANDARD_CASES), help="e.g. 8x128MB 8x1GB single-2GB")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="regenerate even if the case exists")
     parser.add_argument("--list", action="store_true", help="list the standard cases and exit")

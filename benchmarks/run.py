@@ -120,9 +120,7 @@ def grep_once(target: Path, archive: bool, patterns: Path) -> tuple[Run, int]:
             out.seek(0)
             counts = out.read().decode()
         if run.returncode not in (0, 1):  # 1 = no line matched
-            raise RuntimeError(
-                f"grep failed (exit {run.returncode}): {stderr.decode(errors='replace').strip()}"
-            )
+            raise RuntimeError(f"grep failed (exit {run.returncode}): {stderr.decode(errors='replace').strip()}")
         return run, sum(int(line.rsplit(":", 1)[-1]) for line in counts.split())
     # Pipeline: time from the first spawn until both have exited; peak RSS is the larger of the two.
     started = time.perf_counter()
@@ -175,9 +173,7 @@ def logscope_once(
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(tmp) / "diagnosis.json"
         env = {**os.environ, "PYTHONPATH": str(tree)}
-        run, stderr = run_child(
-            logscope_argv(python, engine, target, output), env, cwd=tree, timeout_s=timeout_s
-        )
+        run, stderr = run_child(logscope_argv(python, engine, target, output), env, cwd=tree, timeout_s=timeout_s)
         last = (stderr.decode(errors="replace").strip().splitlines() or ["(no message)"])[-1]
         if not output.is_file() or output.stat().st_size == 0:
             return run, None, f"exit {run.returncode}, no JSON written: {last}"
@@ -374,9 +370,7 @@ def linearity_text(report: list[dict[str, Any]]) -> str:
             f"{group['fit_s_per_gib']:.2f} s/GiB × size   (R² = {group['r_squared']:.4f})"
         )
         for p in group["points"]:
-            lines.append(
-                f"  {p['case']:12} {p['gib']:7.2f} GiB {p['seconds']:8.2f} s {p['s_per_gib']:7.2f} s/GiB"
-            )
+            lines.append(f"  {p['case']:12} {p['gib']:7.2f} GiB {p['seconds']:8.2f} s {p['s_per_gib']:7.2f} s/GiB")
     return "\n".join(lines)
 
 
@@ -409,9 +403,7 @@ def targets(results: list[CaseResult], lin: list[dict[str, Any]]) -> list[dict[s
         # Marginal cost between consecutive sizes, so the fixed start-up (imports, rules) does not count as
         # non-linearity.
         points = group["points"]
-        slopes = [
-            (b["seconds"] - a["seconds"]) / (b["gib"] - a["gib"]) for a, b in itertools.pairwise(points)
-        ]
+        slopes = [(b["seconds"] - a["seconds"]) / (b["gib"] - a["gib"]) for a, b in itertools.pairwise(points)]
         if len(slopes) >= 2 and min(slopes) > 0:
             spread = max(slopes) / min(slopes)
             checks.append(
@@ -459,25 +451,17 @@ def machine() -> dict[str, Any]:
             info[key.strip()] = value.strip()
     with open("/proc/meminfo") as meminfo:
         info["MemTotal"] = meminfo.readline().split(":", 1)[1].strip()
-    info["grep"] = subprocess.run(["grep", "--version"], capture_output=True, text=True).stdout.splitlines()[
-        0
-    ]
+    info["grep"] = subprocess.run(["grep", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     return info
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--cases", nargs="+", default=list(DEFAULT_CASES), help="case names (see generate.py)"
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", default=list(DEFAULT_CASES), help="case names (see generate.py)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per tool and case (median quoted)")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--timeout", type=float, default=1800.0, help="seconds before one analyze run is killed"
-    )
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before one analyze run is killed")
     parser.add_argument(
         "--python",
         default=str(REPO / ".venv" / "bin" / "python"),
@@ -488,19 +472,15 @@ def main(argv: list[str] | None = None) -> int:
         "--engine",
         choices=("auto", "cli", "api"),
         default="auto",
-        help="time `python -m logscope analyze` (cli) or logscope.analysis.analyze (api); "
-        "auto = cli when it works",
+        help="time `python -m logscope analyze` (cli) or logscope.analysis.analyze (api); auto = cli when it works",
     )
     parser.add_argument(
         "--tree",
         type=Path,
         default=REPO,
-        help="folder holding the logscope package to time, e.g. a copy with a proposed patch "
-        "(default: this checkout)",
+        help="folder holding the logscope package to time, e.g. a copy with a proposed patch (default: this checkout)",
     )
-    parser.add_argument(
-        "--child-analyze", nargs=2, type=Path, metavar=("PATH", "OUT"), help=argparse.SUPPRESS
-    )
+    parser.add_argument("--child-analyze", nargs=2, type=Path, metavar=("PATH", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_analyze:
         return child_analyze(*args.child_analyze)
@@ -538,9 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         if engine == "cli"
         else ("logscope.analysis.analyze(PATH) + report.jsonout, the api engine")
     )
-    print(
-        f"logscope: {command}; grep: LC_ALL=C grep -E -c -f <catalogue prefilters>; median of {args.repeat}"
-    )
+    print(f"logscope: {command}; grep: LC_ALL=C grep -E -c -f <catalogue prefilters>; median of {args.repeat}")
     print(table(results))
     print()
     for text in (linearity_text(lin), flat_memory_text(results)):

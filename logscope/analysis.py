@@ -56,8 +56,15 @@ def analyze(
         "checklist": checklist,
         "notes": aligned.notes,
         "sources": [
-            {"path": s.path, "role": s.role, "node": s.node, "attempt": s.attempt, "local_rank": s.local_rank,
-             "bytes": st.bytes, "lines": st.lines}
+            {
+                "path": s.path,
+                "role": s.role,
+                "node": s.node,
+                "attempt": s.attempt,
+                "local_rank": s.local_rank,
+                "bytes": st.bytes,
+                "lines": st.lines,
+            }
             for s, st in zip(aligned.sources, aligned.stats, strict=True)
         ],
         "replay": None,
@@ -66,8 +73,24 @@ def analyze(
 
 
 def _rank_json(row: dict[str, object]) -> dict[str, object]:
-    keys = ("rank", "node", "host", "local_rank", "attempt", "visible", "status", "exit_code", "signal", "phase",
-            "last_iteration", "last_seq_enqueued", "last_seq_completed", "device", "bus_id", "sources")
+    keys = (
+        "rank",
+        "node",
+        "host",
+        "local_rank",
+        "attempt",
+        "visible",
+        "status",
+        "exit_code",
+        "signal",
+        "phase",
+        "last_iteration",
+        "last_seq_enqueued",
+        "last_seq_completed",
+        "device",
+        "bus_id",
+        "sources",
+    )
     out = {k: row.get(k) for k in keys}
     out["last_event"] = row.get("last_kind")
     return out

@@ -34,14 +34,26 @@ def _fail(message: str) -> typer.Exit:
 
 @app.command()
 def analyze(
-    path: Annotated[Path, typer.Argument(help="A torchrun --log_dir, a folder of node trees, a log file or an archive")],
-    fmt: Annotated[str | None, typer.Option("--format", "-f", help="text,json,html,sarif,github,junit (comma list)")] = None,
-    output: Annotated[list[str] | None, typer.Option("--output", "-o", help="Output file (format from extension) or folder")] = None,
+    path: Annotated[
+        Path, typer.Argument(help="A torchrun --log_dir, a folder of node trees, a log file or an archive")
+    ],
+    fmt: Annotated[
+        str | None, typer.Option("--format", "-f", help="text,json,html,sarif,github,junit (comma list)")
+    ] = None,
+    output: Annotated[
+        list[str] | None, typer.Option("--output", "-o", help="Output file (format from extension) or folder")
+    ] = None,
     rules: Annotated[list[Path] | None, typer.Option("--rules", help="Folder of extra rules (repeatable)")] = None,
-    fail_on: Annotated[str, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity")] = "error",
+    fail_on: Annotated[
+        str, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity")
+    ] = "error",
     with_replay: Annotated[Path | None, typer.Option("--with-replay", help="Replay result JSON to embed")] = None,
-    follow_symlinks: Annotated[bool, typer.Option("--follow-symlinks", help="Follow symlinks inside the input")] = False,
-    allow_output_in_input: Annotated[bool, typer.Option("--allow-output-in-input", help="Allow writing outputs inside the input tree")] = False,
+    follow_symlinks: Annotated[
+        bool, typer.Option("--follow-symlinks", help="Follow symlinks inside the input")
+    ] = False,
+    allow_output_in_input: Annotated[
+        bool, typer.Option("--allow-output-in-input", help="Allow writing outputs inside the input tree")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar")] = False,
 ) -> None:
     """Analyse a run's logs: one verdict, the culprit rank(s), the next debugging step."""
@@ -57,7 +69,9 @@ def analyze(
         raise _fail(f"unknown format {', '.join(unknown)} (choose from {', '.join(FORMATS)})")
     try:
         plan = plan_outputs(path, formats, output or [], allow_output_in_input, format_for_path)
-        analysis = _run_with_progress(run_analysis, path, rules or [], follow_symlinks, quiet or bool(plan.stdout_format != "text"))
+        analysis = _run_with_progress(
+            run_analysis, path, rules or [], follow_symlinks, quiet or bool(plan.stdout_format != "text")
+        )
         if with_replay is not None:
             from logscope.replay.command import load_replay
 
@@ -80,8 +94,9 @@ def _run_with_progress(run, path: Path, rules: list[Path], follow: bool, quiet: 
         return run(path, rules, follow)
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  transient=True) as bar:
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True
+    ) as bar:
         task = bar.add_task("reading logs", total=total)
         return run(path, rules, follow, progress=lambda n: bar.advance(task, n))
 
@@ -90,6 +105,7 @@ def _input_bytes(path: Path) -> int:
     """Total size for the progress bar; links are not followed (a symlink loop must not hang it), and the
     walk does not recurse (os.walk does in Python 3.11: 1000 nested folders raise RecursionError)."""
     from logscope.ingest.sources import walk
+
     try:
         if path.is_file():
             return path.stat().st_size
@@ -132,7 +148,9 @@ def rules_show(rule_id: str, rules: Annotated[list[Path] | None, typer.Option("-
 
 
 @rules_app.command("lint")
-def rules_lint(paths: Annotated[list[Path] | None, typer.Argument(help="Rule files or folders (default: built-in)")] = None) -> None:
+def rules_lint(
+    paths: Annotated[list[Path] | None, typer.Argument(help="Rule files or folders (default: built-in)")] = None,
+) -> None:
     """Validate rule files against the schema; exit 2 with file:line on the first problem of each file."""
     from logscope.rules.loader import BUILTIN_RULES, parse_rule
 

@@ -16,8 +16,9 @@ HEALTHY = "fixtures/real/runs/01_healthy_ws2"
 
 
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "logscope", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "logscope", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_exit_codes() -> None:
@@ -65,7 +66,11 @@ def test_rules_commands(args: list[str]) -> None:
 
 def test_rules_lint_reports_file_and_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    text = (REPO / "rules/LS101_collective_timeout.yaml").read_text().replace("severity: error", "severity: error\nbogus: 1")
+    text = (
+        (REPO / "rules/LS101_collective_timeout.yaml")
+        .read_text()
+        .replace("severity: error", "severity: error\nbogus: 1")
+    )
     bad.write_text(text)
     r = run("rules", "lint", str(bad))
     assert r.returncode == 2 and f"{bad}:" in r.stderr and "unknown key 'bogus'" in r.stderr
@@ -75,12 +80,17 @@ def test_rules_lint_reports_file_and_line(tmp_path: Path) -> None:
 def test_user_rules_folder_adds_a_rule(tmp_path: Path) -> None:
     rule = (REPO / "rules/LS951_single_rank.yaml").read_text().replace("id: LS951", "id: USR001")
     (tmp_path / "r.yaml").write_text(rule)
-    d = json.loads(run("analyze", "fixtures/real/runs/20_silent_single_rank_nproc1", "--format", "json",
-                       "--rules", str(tmp_path)).stdout)
+    d = json.loads(
+        run(
+            "analyze", "fixtures/real/runs/20_silent_single_rank_nproc1", "--format", "json", "--rules", str(tmp_path)
+        ).stdout
+    )
     assert {"LS951", "USR001"} <= {f["rule"] for f in d["findings"]}
 
 
 def test_docs_rules_md_is_generated_from_the_rules() -> None:
     from logscope.rules.docs import rules_markdown
 
-    assert (REPO / "docs" / "rules.md").read_text() == rules_markdown(), "regenerate: python -m logscope.rules.docs > docs/rules.md"
+    assert (REPO / "docs" / "rules.md").read_text() == rules_markdown(), (
+        "regenerate: python -m logscope.rules.docs > docs/rules.md"
+    )

@@ -33,7 +33,9 @@ def _events(path: str, kind: str) -> list[dict]:
         ("fixtures/real/public/38_yolov9_oldfmt_no_seqnum_comm_aborted", 7, None, "ALLREDUCE", None, 1800000),
     ],
 )
-def test_watchdog_timeout_fields(path: str, rank: int, seq: int | None, op: str, numel: int | None, timeout: int) -> None:
+def test_watchdog_timeout_fields(
+    path: str, rank: int, seq: int | None, op: str, numel: int | None, timeout: int
+) -> None:
     rows = [r for r in _events(path, "nccl_watchdog_timeout") if r["rank"] == rank]
     assert rows, f"no watchdog event for rank {rank}"
     r = rows[0] if seq is None else next(x for x in rows if x["seq"] == seq)
@@ -70,7 +72,10 @@ def test_nccl_duplicate_gpu_in_interleaved_tracebacks() -> None:
 
 
 def test_gloo_signatures() -> None:
-    assert _events("fixtures/real/runs/03_skip_allreduce_rank1_stall_gloo_timeout", "gloo_timeout")[0]["timeout_ms"] == 20000
+    assert (
+        _events("fixtures/real/runs/03_skip_allreduce_rank1_stall_gloo_timeout", "gloo_timeout")[0]["timeout_ms"]
+        == 20000
+    )
     mismatch = _events("fixtures/real/runs/08_allreduce_size_mismatch_rank1", "gloo_size_mismatch")[0]
     assert (mismatch["rank"], mismatch["f"]["received"], mismatch["f"]["expected"]) == (0, "8088", "8076")
     assert _events("fixtures/real/public/22_gloo_isend_connection_closed_by_peer", "gloo_peer_closed")
@@ -90,8 +95,11 @@ def test_rendezvous_and_store_errors() -> None:
 
 
 def test_framework_lines_on_every_rank() -> None:
-    for path, framework in (("fixtures/runs/healthy_ws4", "rsl_rl"), ("fixtures/runs/healthy_rl_games_ws2", "rl_games"),
-                            ("fixtures/runs/healthy_skrl_ws2", "skrl")):
+    for path, framework in (
+        ("fixtures/runs/healthy_ws4", "rsl_rl"),
+        ("fixtures/runs/healthy_rl_games_ws2", "rl_games"),
+        ("fixtures/runs/healthy_skrl_ws2", "skrl"),
+    ):
         d = analysed(path).diagnosis
         assert d["job"]["framework"] == framework, path
         syncs = _events(path, "sync_start")
@@ -108,10 +116,19 @@ def test_benign_lookalikes_are_benign() -> None:
 
 
 def test_normalise_strips_stacked_prefixes() -> None:
-    line = normalise("(RayWorkerWrapper pid=270291, ip=10.175.94.190) [default3]:[rank3]:[E219 08:58:32.606667496 ProcessGroupNCCL.cpp:1785] [PG ID 2 PG GUID 3 Rank 3] x")
-    assert (line.actor, line.tee_local_rank, line.grank, line.level) == ("RayWorkerWrapper pid=270291, ip=10.175.94.190", 3, 3, "error")
+    line = normalise(
+        "(RayWorkerWrapper pid=270291, ip=10.175.94.190) [default3]:[rank3]:[E219 08:58:32.606667496 ProcessGroupNCCL.cpp:1785] [PG ID 2 PG GUID 3 Rank 3] x"
+    )
+    assert (line.actor, line.tee_local_rank, line.grank, line.level) == (
+        "RayWorkerWrapper pid=270291, ip=10.175.94.190",
+        3,
+        3,
+        "error",
+    )
     assert line.text == "[PG ID 2 PG GUID 3 Rank 3] x"
-    glog = normalise("E0709 17:05:39.816000 56204 site-packages/torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -6)")
+    glog = normalise(
+        "E0709 17:05:39.816000 56204 site-packages/torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -6)"
+    )
     assert glog.text.startswith("failed (exitcode") and glog.ts is None  # no year: never a wall-clock stamp
     kit = normalise("2025-10-20T16:03:30Z [8,907ms] [Warning] [carb] hello")
     assert kit.text == "hello" and kit.ts is not None

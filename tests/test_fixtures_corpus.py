@@ -21,18 +21,36 @@ REAL = FIXTURES / "real"
 SHARED_REAL = Path("/work/shared/real-logs")
 
 CATEGORIES = {
-    "collective_timeout", "collective_mismatch", "config_disagreement", "missing_sync", "comm_error",
-    "rendezvous_failure", "crash", "oom", "stall", "single_rank", "healthy",
+    "collective_timeout",
+    "collective_mismatch",
+    "config_disagreement",
+    "missing_sync",
+    "comm_error",
+    "rendezvous_failure",
+    "crash",
+    "oom",
+    "stall",
+    "single_rank",
+    "healthy",
 }
 REQUIRED_KEYS = {
-    "id", "generated_by", "torch_version", "command", "torchrun_exit_code", "world_size", "nnodes",
-    "nproc_per_node", "culprit_rank", "provoked", "expected_category", "expected_diagnosis", "consoles",
+    "id",
+    "generated_by",
+    "torch_version",
+    "command",
+    "torchrun_exit_code",
+    "world_size",
+    "nnodes",
+    "nproc_per_node",
+    "culprit_rank",
+    "provoked",
+    "expected_category",
+    "expected_diagnosis",
+    "consoles",
     "log_files",
 }
 # <log_dir>[/node<N>]/<run_id>_<rand>/attempt_<n>/<local_rank>/<file>, torchrun's DefaultLogsSpecs layout
-TREE_FILE = re.compile(
-    r"^(?:node\d+/)?[\w.-]+_[a-z0-9_]{8}/attempt_\d+/\d+/(?:stdout\.log|stderr\.log|error\.json)$"
-)
+TREE_FILE = re.compile(r"^(?:node\d+/)?[\w.-]+_[a-z0-9_]{8}/attempt_\d+/\d+/(?:stdout\.log|stderr\.log|error\.json)$")
 
 SCENARIO_DIRS = sorted(p for p in RUNS.iterdir() if p.is_dir()) if RUNS.exists() else []
 REAL_CASES = sorted(p for kind in ("public", "runs") for p in (REAL / kind).iterdir() if p.is_dir())
@@ -97,8 +115,11 @@ def test_scenario_consoles_and_listed_files(scenario: Path) -> None:
         assert (scenario / name).stat().st_size > 0
     # the yaml lists every log file with its size: the logs are as torchrun left them
     listed = {entry["path"]: entry["bytes"] for entry in meta["log_files"]}  # type: ignore[attr-defined]
-    on_disk = {str(p.relative_to(scenario)): p.stat().st_size
-               for p in (scenario / "logs").rglob("*") if p.is_file()} if (scenario / "logs").exists() else {}
+    on_disk = (
+        {str(p.relative_to(scenario)): p.stat().st_size for p in (scenario / "logs").rglob("*") if p.is_file()}
+        if (scenario / "logs").exists()
+        else {}
+    )
     assert listed == on_disk
 
 

@@ -57,9 +57,7 @@ DUPLICATE_GPU = re.compile(
     r"rank (\d+) and rank (\d+) both on CUDA device ([0-9a-f]+)$",
     re.M,
 )
-TRANSPORT = re.compile(
-    r"NCCL INFO Channel \d+/\d+ : (\d+)\[\d+\] -> (\d+)\[\d+\] \[(send|receive)\] via (\S+)$", re.M
-)
+TRANSPORT = re.compile(r"NCCL INFO Channel \d+/\d+ : (\d+)\[\d+\] -> (\d+)\[\d+\] \[(send|receive)\] via (\S+)$", re.M)
 ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):\n\[0\]:\n(?:.*\n)*?\s+rank\s+: (\d+) ")
 EXITCODE = re.compile(r"^\s+rank\s+: (\d+) \(local_rank: \d+\)\n\s+exitcode\s+: (-?\d+)", re.M)
 
@@ -202,9 +200,7 @@ def test_stalled_rank_never_enqueued_the_timed_out_collective() -> None:
     victim = DUMP_SIGNAL.findall(rank_text(path, 0, "stderr.log"))
     culprit = DUMP_SIGNAL.findall(rank_text(path, 1, "stderr.log"))
     assert victim == [("0", "4", "3")] and culprit == [("1", "3", "3")]
-    assert "Observed flight recorder dump signal from another rank via TCPStore." in rank_text(
-        path, 1, "stderr.log"
-    )
+    assert "Observed flight recorder dump signal from another rank via TCPStore." in rank_text(path, 1, "stderr.log")
     assert WATCHDOG_TIMEOUT.findall(rank_text(path, 1, "stderr.log")) == []
     assert dict(EXITCODE.findall(console(path))) == {"0": "-6", "1": "-15"}
     fr = (path / "fr_trace.txt").read_text()
@@ -217,9 +213,7 @@ def test_oom_rank_records_the_cuda_out_of_memory_error(name: str) -> None:
     path = scenario(name)
     culprit = meta(path)["culprit_rank"]
     error = json.loads(rank_text(path, culprit, "error.json"))["message"]["message"]
-    assert error.startswith(
-        "OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 GiB. GPU 0 has a total"
-    )
+    assert error.startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 GiB. GPU 0 has a total")
     assert "torch.OutOfMemoryError: CUDA out of memory." in rank_text(path, culprit, "stderr.log")
     assert ROOT_CAUSE.search(console(path)).group(1) == str(culprit)  # type: ignore[union-attr]
 
@@ -289,6 +283,4 @@ def test_gpu_runs_doc_tables_are_the_replay_figures() -> None:
     assert set(medians) == set(algbw) == {op for op, _ in cases} - {"barrier", "send_recv"}
     for op, cells in medians.items():
         assert cells == [f"{cases[(op, n)]['time_us']['median']:.1f}" for n in sizes], op
-        assert [float(c) for c in algbw[op]] == [
-            float(f"{cases[(op, n)]['algbw_gbps']:.3g}") for n in sizes
-        ], op
+        assert [float(c) for c in algbw[op]] == [float(f"{cases[(op, n)]['algbw_gbps']:.3g}") for n in sizes], op

@@ -50,7 +50,9 @@ def test_tee_copies_count_once() -> None:
 
 
 def test_console_alone_gives_ranks_from_tee_prefixes(tmp_path: Path) -> None:
-    shutil.copy(REPO / "fixtures/real/runs/03_skip_allreduce_rank1_stall_gloo_timeout/console.log", tmp_path / "job.log")
+    shutil.copy(
+        REPO / "fixtures/real/runs/03_skip_allreduce_rank1_stall_gloo_timeout/console.log", tmp_path / "job.log"
+    )
     d = analyze(tmp_path / "job.log").diagnosis
     assert d["job"]["world_size"] == 2 and d["verdict"]["culprit_ranks"] == [1]
 

@@ -31,8 +31,13 @@ def test_every_rule_has_both_kinds_of_case(rule) -> None:
 def test_healthy_runs_trigger_no_rule() -> None:
     from tests.conftest import analysed
 
-    for path in ("fixtures/real/runs/01_healthy_ws2", "fixtures/runs/healthy_ws2", "fixtures/runs/healthy_ws4",
-                 "fixtures/runs/healthy_rl_games_ws2", "fixtures/runs/healthy_skrl_ws2"):
+    for path in (
+        "fixtures/real/runs/01_healthy_ws2",
+        "fixtures/runs/healthy_ws2",
+        "fixtures/runs/healthy_ws4",
+        "fixtures/runs/healthy_rl_games_ws2",
+        "fixtures/runs/healthy_skrl_ws2",
+    ):
         d = analysed(path).diagnosis
         assert d["findings"] == [], f"{path}: {[f['rule'] for f in d['findings']]}"
         assert d["verdict"]["category"] == "healthy"

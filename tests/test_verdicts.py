@@ -28,7 +28,9 @@ LABEL_CATEGORY = {
 
 
 def _expected(case: Path) -> tuple[str, list[int] | None]:
-    label = yaml.safe_load(((case / "label.yaml") if (case / "label.yaml").exists() else case / "scenario.yaml").read_text())
+    label = yaml.safe_load(
+        ((case / "label.yaml") if (case / "label.yaml").exists() else case / "scenario.yaml").read_text()
+    )
     cls = label["failure_class"]
     if cls == "rank_disagreement":
         # Same SeqNum different op / a size mismatch / DETAIL: a collective mismatch; differing config: disagreement.
@@ -86,7 +88,9 @@ def _check_culprits(d: dict, culprits: list[int] | None) -> None:
     if len(got) > len(culprits):
         # Naming more ranks than the truth is only honest when the verdict says it is unsure.
         assert set(culprits) <= set(got), f"culprits {got} miss {culprits}"
-        assert d["verdict"]["confidence"] < 0.75, f"culprits {got} for {culprits} at confidence {d['verdict']['confidence']}"
+        assert d["verdict"]["confidence"] < 0.75, (
+            f"culprits {got} for {culprits} at confidence {d['verdict']['confidence']}"
+        )
     else:
         assert sorted(got) == sorted(culprits), f"culprits {got} != {culprits}"
 

@@ -327,12 +327,18 @@ class _Builder:
         elif any(k.startswith("gloo_") for k in kinds):
             backend = "gloo"
         torch_versions = [f.get("torch_version") for f in fields_of["torch_version"] if f.get("torch_version")]
-        nccl_versions = [f.get("nccl_version") for k in ("nccl_version", "pg_nccl_env", "nccl_error")
-                         for f in fields_of[k] if f.get("nccl_version")]
+        nccl_versions = [
+            f.get("nccl_version")
+            for k in ("nccl_version", "pg_nccl_env", "nccl_error")
+            for f in fields_of[k]
+            if f.get("nccl_version")
+        ]
         framework = None
         sync_fields = fields_of["sync_start"]
-        if any("rl_games" in f for f in sync_fields) or kinds["rl_games_seed"] or any(
-            "fps_step" in f for f in fields_of["iteration"]
+        if (
+            any("rl_games" in f for f in sync_fields)
+            or kinds["rl_games_seed"]
+            or any("fps_step" in f for f in fields_of["iteration"])
         ):
             framework = "rl_games"
         elif any("skrl" in f for f in sync_fields) or any(
@@ -361,12 +367,21 @@ class _Builder:
         )
         # torchrun prints the ChildFailedError table only when it gives up; a failed worker followed by a
         # restart whose ranks all finished is a recovery, not a failed job.
-        failed = bool(kinds["child_failure"]) or (not ended and any(
-            (r["exitcode"] or 0) != 0 for r in self.rows if r["kind"] == "worker_failed"
-        ))
+        failed = bool(kinds["child_failure"]) or (
+            not ended and any((r["exitcode"] or 0) != 0 for r in self.rows if r["kind"] == "worker_failed")
+        )
         exit_code = 1 if failed else (0 if ended else None)
-        launcher = "torchrun" if (nodes or kinds["worker_failed"] or kinds["benign_omp_banner"]
-                                  or kinds["child_failure"] or kinds["rdzv_timeout"]) else None
+        launcher = (
+            "torchrun"
+            if (
+                nodes
+                or kinds["worker_failed"]
+                or kinds["benign_omp_banner"]
+                or kinds["child_failure"]
+                or kinds["rdzv_timeout"]
+            )
+            else None
+        )
         return {
             "world_size": world_size,
             "nnodes": nnodes,
@@ -388,11 +403,27 @@ class _Builder:
         def info(rank: int) -> dict[str, Any]:
             if rank not in per:
                 per[rank] = {
-                    "rank": rank, "node": None, "host": None, "local_rank": None, "attempt": None,
-                    "exit_code": None, "signal": None, "phase": None, "last_iteration": None,
-                    "last_seq_enqueued": None, "last_seq_completed": None, "last_kind": None,
-                    "last_text": None, "device": None, "bus_id": None, "world_size": None,
-                    "sources": set(), "events": 0, "ended": False, "failed": False, "max_phase": -1,
+                    "rank": rank,
+                    "node": None,
+                    "host": None,
+                    "local_rank": None,
+                    "attempt": None,
+                    "exit_code": None,
+                    "signal": None,
+                    "phase": None,
+                    "last_iteration": None,
+                    "last_seq_enqueued": None,
+                    "last_seq_completed": None,
+                    "last_kind": None,
+                    "last_text": None,
+                    "device": None,
+                    "bus_id": None,
+                    "world_size": None,
+                    "sources": set(),
+                    "events": 0,
+                    "ended": False,
+                    "failed": False,
+                    "max_phase": -1,
                 }
             return per[rank]
 
@@ -479,11 +510,24 @@ class _Builder:
         for rank in range(world_size or 0):
             if rank not in per and world_size is not None and world_size <= 65536:
                 per[rank] = {
-                    "rank": rank, "node": None, "host": None, "local_rank": None, "attempt": None,
-                    "exit_code": None, "signal": None, "phase": None, "last_iteration": None,
-                    "last_seq_enqueued": None, "last_seq_completed": None, "last_kind": None,
-                    "last_text": None, "device": None, "bus_id": None, "world_size": None,
-                    "sources": set(), "events": 0,
+                    "rank": rank,
+                    "node": None,
+                    "host": None,
+                    "local_rank": None,
+                    "attempt": None,
+                    "exit_code": None,
+                    "signal": None,
+                    "phase": None,
+                    "last_iteration": None,
+                    "last_seq_enqueued": None,
+                    "last_seq_completed": None,
+                    "last_kind": None,
+                    "last_text": None,
+                    "device": None,
+                    "bus_id": None,
+                    "world_size": None,
+                    "sources": set(),
+                    "events": 0,
                 }
         own_files = {s.path for s in self.sources if s.role in ("stdout", "stderr")}
         for entry in per.values():

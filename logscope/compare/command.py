@@ -97,12 +97,8 @@ def scan_command(
 def diff_command(
     run_a: Annotated[Path, typer.Argument(help="The reference run (folder, log file or archive).")],
     run_b: Annotated[Path, typer.Argument(help="The run to compare with it.")],
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the comparison as JSON instead of text.")
-    ] = False,
-    html: Annotated[
-        Path | None, typer.Option("--html", help="Also write the comparison as an HTML page.")
-    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON instead of text.")] = False,
+    html: Annotated[Path | None, typer.Option("--html", help="Also write the comparison as an HTML page.")] = None,
     rules: Annotated[
         list[Path] | None, typer.Option("--rules", help="Extra folder of YAML rules (repeatable).")
     ] = None,
@@ -110,9 +106,7 @@ def diff_command(
     """What changed between two runs: world size, versions, NCCL env, config, throughput, divergence."""
     try:
         rules_dirs = [*(rules or [])]
-        comparison = diff.diff_runs(
-            analyze(run_a, rules_dirs=rules_dirs), analyze(run_b, rules_dirs=rules_dirs)
-        )
+        comparison = diff.diff_runs(analyze(run_a, rules_dirs=rules_dirs), analyze(run_b, rules_dirs=rules_dirs))
         if html is not None:
             write_atomic(html, diff.render_html_page(comparison))
     except LogscopeError as exc:

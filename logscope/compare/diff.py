@@ -149,9 +149,7 @@ def rank_config(events: pl.DataFrame) -> dict[int, dict[str, str]]:
     return config
 
 
-def _config_changes(
-    config_a: dict[int, dict[str, str]], config_b: dict[int, dict[str, str]]
-) -> list[dict[str, Any]]:
+def _config_changes(config_a: dict[int, dict[str, str]], config_b: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
     """One row per setting, with the values per rank in each run; changed when any rank's value differs."""
     keys = sorted({key for settings in (*config_a.values(), *config_b.values()) for key in settings})
     ranks = sorted(set(config_a) | set(config_b))
@@ -197,9 +195,7 @@ def throughput(analysis: Analysis) -> dict[str, Any]:
             if fields.get("fps_total") is not None:
                 global_rates.append(float(fields["fps_total"]))
             continue
-        rate = (
-            fields.get("steps_per_s") if fields.get("steps_per_s") is not None else fields.get("steps_per_s2")
-        )
+        rate = fields.get("steps_per_s") if fields.get("steps_per_s") is not None else fields.get("steps_per_s2")
         if rate is None:
             continue
         if GLOBAL_THROUGHPUT.search(text or ""):
@@ -214,18 +210,14 @@ def throughput(analysis: Analysis) -> dict[str, Any]:
     )
     result: dict[str, Any] = {
         "unit": "steps/s",
-        "per_rank": {
-            str(rank): round(sum(rates) / len(rates), 1) for rank, rates in sorted(per_rank.items())
-        },
+        "per_rank": {str(rank): round(sum(rates) / len(rates), 1) for rank, rates in sorted(per_rank.items())},
         "iterations": {str(rank): count for rank, count in iterations.iter_rows()},
         "total": None,
         "estimated": False,
         "basis": "no throughput lines",
     }
     if global_rates:
-        result.update(
-            total=round(sum(global_rates) / len(global_rates), 1), basis="job-wide rate printed by the job"
-        )
+        result.update(total=round(sum(global_rates) / len(global_rates), 1), basis="job-wide rate printed by the job")
     elif per_rank:
         rates = [sum(values) / len(values) for values in per_rank.values()]
         reporting = len(rates)
@@ -277,9 +269,7 @@ def _check_scaling(
     changed = ratio > 1 + THROUGHPUT_TOLERANCE if scaled_up else ratio < 1 - THROUGHPUT_TOLERANCE
     check["status"] = "pass" if changed else "fail"
     if not changed:
-        check["evidence"].append(
-            "throughput did not follow the world size: is the job silently running one rank?"
-        )
+        check["evidence"].append("throughput did not follow the world size: is the job silently running one rank?")
     return check
 
 
@@ -288,9 +278,7 @@ def _trained(analysis: Analysis) -> tuple[bool, str]:
     iterations = int(kinds.is_in(["iteration", "progress_bar"]).sum())
     finished = bool((kinds == "training_time").any() or (kinds == "train_final").any())
     verdict = analysis.diagnosis["verdict"]["category"]
-    evidence = (
-        f"{iterations} iteration lines, {'a' if finished else 'no'} training-time line, verdict {verdict}"
-    )
+    evidence = f"{iterations} iteration lines, {'a' if finished else 'no'} training-time line, verdict {verdict}"
     return iterations > 0 and finished and verdict in ("healthy", "single_rank"), evidence
 
 
@@ -302,9 +290,7 @@ def _check_single_gpu(a: Analysis, b: Analysis) -> dict[str, Any]:
         "status": "unknown",
         "evidence": [],
     }
-    singles = [
-        (label, run) for label, run in (("A", a), ("B", b)) if run.diagnosis["job"].get("world_size") == 1
-    ]
+    singles = [(label, run) for label, run in (("A", a), ("B", b)) if run.diagnosis["job"].get("world_size") == 1]
     if not singles:
         check["evidence"].append("neither run has world size 1")
         return check

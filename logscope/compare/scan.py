@@ -198,9 +198,7 @@ def bus_ids(analysis: Analysis, failing: Iterable[int]) -> list[str]:
     wanted = set(failing)
     if not wanted:
         return []
-    hosts = {
-        rank["rank"]: rank.get("host") for rank in analysis.diagnosis["ranks"] if rank["rank"] is not None
-    }
+    hosts = {rank["rank"]: rank.get("host") for rank in analysis.diagnosis["ranks"] if rank["rank"] is not None}
     found: set[str] = set()
 
     def add(rank: int, bus_id: object) -> None:

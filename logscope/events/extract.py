@@ -145,9 +145,13 @@ class Extractor:
         if batch:
             self._batch(batch)
         for sid, src, line_no, sig, m, line in self._tails.values():
-            self._rows.append(self._row(sid, src, line_no, sig.kind, sig.level, sig.phase, line, _fields(sig, m, line.text)))
-        events = pl.DataFrame(self._rows, schema=EVENT_SCHEMA, orient="row") if self._rows else pl.DataFrame(
-            schema=EVENT_SCHEMA
+            self._rows.append(
+                self._row(sid, src, line_no, sig.kind, sig.level, sig.phase, line, _fields(sig, m, line.text))
+            )
+        events = (
+            pl.DataFrame(self._rows, schema=EVENT_SCHEMA, orient="row")
+            if self._rows
+            else pl.DataFrame(schema=EVENT_SCHEMA)
         )
         return Extraction(events, self._contexts, self.notes)
 

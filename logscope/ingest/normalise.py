@@ -23,14 +23,13 @@ _C10 = re.compile(
     r"\[(?P<sev>[FEWIV])(?:(?P<mmdd>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.\d{6,9})? [\w.+-]+\.(?:cpp|hpp|h|cc):\d+\] "
 )
 _GLOG = re.compile(r"(?P<sev>[DIWEC])(?P<mmdd>\d{4}) (?P<hms>\d\d:\d\d:\d\d)\.\d{6} \d+ \S+?:\d+\] ?")
-_PY_BRACKET = re.compile(
-    r"\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3}\] [\w.]+: \[(?P<lvl>[A-Z]+)\] "
-)
+_PY_BRACKET = re.compile(r"\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3}\] [\w.]+: \[(?P<lvl>[A-Z]+)\] ")
 _PY_HYDRA = re.compile(r"\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3}\]\[[^\]]+\]\[(?P<lvl>[A-Z]+)\] - ")
 _PY_BASIC = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?:torch|[a-z_][\w]*)(?:\.[\w]+)*:")
 _PY_19 = re.compile(r"\[(?P<lvl>[A-Z]+)\] (?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3} \w+: ")
 _KIT = re.compile(
-    r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)Z? \[[\d,]+ms\] \[(?P<lvl>Warning|Error|Info|Verbose|Fatal)\] "
+    r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)Z? \[[\d,]+ms\] "
+    r"\[(?P<lvl>Warning|Error|Info|Verbose|Fatal)\] "
     r"\[[^\]]+\] "
 )
 _KIT_UPTIME = re.compile(r"\[\d+\.\d+s\] ")
@@ -104,11 +103,11 @@ def normalise(raw: str) -> Line:
                 if m["mmdd"]:
                     line.ts_text = f"{m['mmdd']} {m['hms']}"
                 prefixes.append("c10")
-            elif (m := _PY_BRACKET.match(text)) is not None or (m := _PY_HYDRA.match(text)) is not None:
-                line.level = _LEVEL_WORD.get(m["lvl"], line.level)
-                line.ts_text, line.ts = f"{m['date']} {m['hms']}", _epoch(m["date"], m["hms"])
-                prefixes.append("logging")
-            elif (m := _PY_19.match(text)) is not None:
+            elif (
+                (m := _PY_BRACKET.match(text)) is not None
+                or (m := _PY_HYDRA.match(text)) is not None
+                or (m := _PY_19.match(text)) is not None
+            ):
                 line.level = _LEVEL_WORD.get(m["lvl"], line.level)
                 line.ts_text, line.ts = f"{m['date']} {m['hms']}", _epoch(m["date"], m["hms"])
                 prefixes.append("logging")

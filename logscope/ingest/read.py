@@ -99,8 +99,10 @@ class Reader:
     def _exhaust(self, archive: str) -> None:
         if archive not in self.exhausted:
             self.exhausted.add(archive)
-            self.notes.append(f"{archive}: decompression limit reached ({self.archive_limit} bytes, "
-                              f"{ARCHIVE_LIMIT_ENV}); later members not read")
+            self.notes.append(
+                f"{archive}: decompression limit reached ({self.archive_limit} bytes, "
+                f"{ARCHIVE_LIMIT_ENV}); later members not read"
+            )
 
     def _note_damage(self, src: Source, stats: SourceStats) -> None:
         """One note per kind of damage that was read through (the reader never stops for these)."""
@@ -146,8 +148,10 @@ class Reader:
             stats.bytes += len(chunk)
             if limit is not None and stats.bytes > limit:
                 if src.archive is not None and limit == left:
-                    self.notes.append(f"{src.path}: read stopped at the decompression limit of {src.archive} "
-                                      f"({self.archive_limit} bytes, {ARCHIVE_LIMIT_ENV})")
+                    self.notes.append(
+                        f"{src.path}: read stopped at the decompression limit of {src.archive} "
+                        f"({self.archive_limit} bytes, {ARCHIVE_LIMIT_ENV})"
+                    )
                     self._exhaust(src.archive)
                 else:
                     self.notes.append(f"{src.path}: over the error.json limit of {limit} bytes, read stopped")
@@ -165,9 +169,7 @@ class Reader:
                 stats.lines = line_no - 1
                 if src.size is not None and stats.bytes != src.size and stats.error is None:
                     stats.grew = True
-                    self.notes.append(
-                        f"{src.path}: size changed while reading ({src.size} -> {stats.bytes} bytes)"
-                    )
+                    self.notes.append(f"{src.path}: size changed while reading ({src.size} -> {stats.bytes} bytes)")
                 return
             cut = data.rfind(b"\n")
             if cut < 0:

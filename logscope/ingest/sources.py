@@ -117,8 +117,12 @@ def _add_archive(inv: Inventory, path: Path, shown: str) -> None:
     try:
         if lower.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
-                found = [(src, info) for info in zf.infolist() if not info.is_dir()
-                         if (src := classify(info.filename, info.file_size, prefix)) is not None]
+                found = [
+                    (src, info)
+                    for info in zf.infolist()
+                    if not info.is_dir()
+                    if (src := classify(info.filename, info.file_size, prefix)) is not None
+                ]
             members = _ZipMembers(path, len(found))
             inv.sources.extend((src, members.opener(info)) for src, info in found)
         elif lower.endswith((".tar.gz", ".tgz", ".tar")):
@@ -256,8 +260,12 @@ def walk(
 
 
 def _file_type(mode: int) -> str:
-    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"))
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
     for test, name in kinds:
         if test(mode):
             return name

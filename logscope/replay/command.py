@@ -153,9 +153,7 @@ def _cases(settings: Settings, world_size: int, notes: list[str]) -> list[dict[s
     if settings.as_logged:
         if spec.world_size is not None and max(spec.per_rank, default=-1) >= spec.world_size:
             notes.append("per-rank calls name ranks beyond the job's world size; those are ignored")
-        per_rank = {
-            str(r): {"op": c.op, "numel": c.numel} for r, c in spec.per_rank.items() if r < world_size
-        }
+        per_rank = {str(r): {"op": c.op, "numel": c.numel} for r, c in spec.per_rank.items() if r < world_size}
         if len({(c["op"], c["numel"]) for c in per_rank.values()} | {(spec.op, spec.numel)}) == 1:
             notes.append("the logs show every rank making the same call: --as-logged is a plain replay here")
         return [{"op": spec.op, "numel": spec.numel, "dtype": spec.dtype, "per_rank": per_rank}]
@@ -203,9 +201,7 @@ class _Runner:
         self.records: list[dict[str, Any]] = []
         self.count = 0
 
-    def prepare(
-        self, world_size: int, label: str
-    ) -> tuple[list[dict[str, Any]], list[str], Path, Path, Path]:
+    def prepare(self, world_size: int, label: str) -> tuple[list[dict[str, Any]], list[str], Path, Path, Path]:
         s = self.settings
         self.count += 1
         run_dir = self.work_dir / f"{self.count:02d}-ws{world_size}-{_slug(label)}"
@@ -242,20 +238,14 @@ class _Runner:
             wall_limit = 90 + s.timeout_s * (2 + len(cases))
             probe = run_probe(argv, _run_env(s, extra), results, log_dir, wall_limit, rank_base)
             # The free port we picked was taken before torchrun bound it: pick another one.
-            if (
-                not s.rendezvous.is_static
-                or s.rendezvous.master_port is not None
-                or "EADDRINUSE" not in probe.console
-            ):
+            if not s.rendezvous.is_static or s.rendezvous.master_port is not None or "EADDRINUSE" not in probe.console:
                 break
             self.notes.append(f"{label}: the rendezvous port was taken meanwhile; retried on another")
         expected = list(range(rank_base, rank_base + nproc)) if rank_base is not None else []
         folded = fold_run(probe, cases, expected, wall_limit)
         self.records.extend(probe.records)
         if probe.killed_leftovers:
-            self.notes.append(
-                f"{label}: killed {len(probe.killed_leftovers)} leftover worker process group(s)"
-            )
+            self.notes.append(f"{label}: killed {len(probe.killed_leftovers)} leftover worker process group(s)")
         return {
             "label": label,
             "world_size": world_size,
@@ -273,9 +263,7 @@ class _Runner:
         }
 
 
-def _dry_run(
-    settings: Settings, sizes: list[int], sweep_vars: list[tuple[str, str]] | None, notes: list[str]
-) -> None:
+def _dry_run(settings: Settings, sizes: list[int], sweep_vars: list[tuple[str, str]] | None, notes: list[str]) -> None:
     runner = _Runner(settings, Path("REPLAY_DIR"), notes)
     extras: list[tuple[str, dict[str, str]]] = [("baseline", {})]
     if sweep_vars is not None:
@@ -309,9 +297,7 @@ def render_text(result: dict[str, Any]) -> str:
     ]
     for run in result["runs"]:
         lines.append("")
-        lines.append(
-            f"world size {run['world_size']} [{run['label']}]: {run['outcome']} in {run['wall_s']:.1f} s"
-        )
+        lines.append(f"world size {run['world_size']} [{run['label']}]: {run['outcome']} in {run['wall_s']:.1f} s")
         lines.append(
             f"  {'op':<20} {'numel':>10} {'dtype':<9} {'outcome':<12} {'med us':>10} {'min us':>10} "
             f"{'algbw':>8} {'busbw':>8}"
@@ -354,9 +340,7 @@ def _summary(runs: list[dict[str, Any]], mode: str) -> str:
         return f"all probes passed (world size {sizes}); the failure did not reproduce"
     run = failed[0]
     what = "reproduced the logged failure" if mode == "as_logged" else "reproduced a failure"
-    return (
-        f"the probe {what} at world size {run['world_size']} [{run['label']}]: {failure_line(run['cases'])}"
-    )
+    return f"the probe {what} at world size {run['world_size']} [{run['label']}]: {failure_line(run['cases'])}"
 
 
 def replay(
@@ -374,9 +358,7 @@ def replay(
         int, typer.Option(min=1, help="Nodes (torchrun --nnodes); run the same command on every node.")
     ] = 1,
     node_rank: Annotated[int, typer.Option(min=0, help="This node's rank (static rendezvous).")] = 0,
-    master_addr: Annotated[
-        str | None, typer.Option(help="Rendezvous host; default 127.0.0.1 on one node.")
-    ] = None,
+    master_addr: Annotated[str | None, typer.Option(help="Rendezvous host; default 127.0.0.1 on one node.")] = None,
     master_port: Annotated[
         int | None, typer.Option(min=1, max=65535, help="Rendezvous port; default a free one.")
     ] = None,
@@ -388,9 +370,7 @@ def replay(
     ] = 60.0,
     iters: Annotated[int, typer.Option(min=1, help="Timed iterations per op.")] = 5,
     warmup: Annotated[int, typer.Option(min=0, help="Untimed iterations before them.")] = 1,
-    numel: Annotated[
-        str | None, typer.Option(help="Element count(s), comma list; default: the logged count.")
-    ] = None,
+    numel: Annotated[str | None, typer.Option(help="Element count(s), comma list; default: the logged count.")] = None,
     op: Annotated[
         str | None, typer.Option(help="Op(s) to replay, comma list or 'all'; default: the logged op.")
     ] = None,
@@ -407,9 +387,7 @@ def replay(
     sweep_env: Annotated[
         bool, typer.Option("--sweep-env", help="Try each NCCL workaround alone, confirm fixes (W8).")
     ] = False,
-    sweep_vars: Annotated[
-        str | None, typer.Option(help="NAME=VALUE,... to sweep instead of the default list.")
-    ] = None,
+    sweep_vars: Annotated[str | None, typer.Option(help="NAME=VALUE,... to sweep instead of the default list.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the replay result as JSON.")] = False,
     out: Annotated[
         Path | None, typer.Option(help="Write the replay result JSON here (for analyze --with-replay).")
@@ -500,9 +478,7 @@ def _execute(
             runs = [runner.run(size, "baseline", {}) for size in sizes]
         else:
             size = sizes[0]
-            rows, runs = run_sweep(
-                lambda label, extra: runner.run(size, label, extra), sweep_vars, settings.base_env
-            )
+            rows, runs = run_sweep(lambda label, extra: runner.run(size, label, extra), sweep_vars, settings.base_env)
             sweep = {"world_size": size, "variables": [f"{n}={v}" for n, v in sweep_vars], "table": rows}
     machine = machine_facts(runner.records, settings.backend)
     if sweep is not None:

@@ -28,17 +28,13 @@ WORKER = Path(__file__).with_name("worker.py")
 
 # Names a replay may take from a job's logs: NCCL's and the c10d/gloo knobs that change how collectives
 # behave.
-_ENV_NAME = re.compile(
-    r"^(?:NCCL|TORCH_NCCL|GLOO)_[A-Z0-9_]+$|^TORCH_DISTRIBUTED_DEBUG$|^TORCH_CPP_LOG_LEVEL$"
-)
+_ENV_NAME = re.compile(r"^(?:NCCL|TORCH_NCCL|GLOO)_[A-Z0-9_]+$|^TORCH_DISTRIBUTED_DEBUG$|^TORCH_CPP_LOG_LEVEL$")
 _ENV_VALUE = re.compile(r"^[A-Za-z0-9_.,:;^=+@%/-]{0,200}$")
 # Variables that name files or shared libraries (a log must not make the probe load a plugin or write a file)
 # or another machine's network devices (they would break the probe on this one).
 _ENV_REFUSED = re.compile(r"FILE|PLUGIN|_LIB|_PATH|_DIR|IFNAME|_HCA$|_DEV$")
 
-_TORCHRUN_FAILED = re.compile(
-    r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)"
-)
+_TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
 _ERROR_LINE = re.compile(r"what\(\):|Error|Exception|Fatal|Aborted|error")
 _NOISE = re.compile(r"Failed to initialize NumPy|_conversion_method_template|FutureWarning|return func\(")
 
@@ -63,8 +59,7 @@ class Rendezvous:
         """Refuse a static multi-node rendezvous that does not say where to meet."""
         if self.is_static and self.nnodes > 1 and (self.master_addr is None or self.master_port is None):
             raise LogscopeError(
-                "a multi-node replay needs --master-addr and --master-port "
-                "(or --rdzv-backend and --rdzv-endpoint)"
+                "a multi-node replay needs --master-addr and --master-port (or --rdzv-backend and --rdzv-endpoint)"
             )
 
     def resolved(self) -> Rendezvous:
@@ -81,11 +76,7 @@ class Rendezvous:
 
     @property
     def on_loopback(self) -> bool:
-        return (
-            self.is_static
-            and self.nnodes == 1
-            and (self.master_addr or "127.0.0.1") in ("127.0.0.1", "localhost")
-        )
+        return self.is_static and self.nnodes == 1 and (self.master_addr or "127.0.0.1") in ("127.0.0.1", "localhost")
 
 
 def free_port() -> int:
@@ -109,9 +100,7 @@ def checked_env(env: Mapping[str, str], origin: str) -> tuple[dict[str, str], li
     notes: list[str] = []
     for name, value in env.items():
         if not _ENV_NAME.match(name):
-            notes.append(
-                f"{origin}: {name} not applied (only NCCL_*, TORCH_NCCL_*, GLOO_* and c10d debug variables)"
-            )
+            notes.append(f"{origin}: {name} not applied (only NCCL_*, TORCH_NCCL_*, GLOO_* and c10d debug variables)")
         elif _ENV_REFUSED.search(name):
             notes.append(f"{origin}: {name} not applied (names a file, library or another machine's device)")
         elif not _ENV_VALUE.match(value):

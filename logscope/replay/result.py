@@ -106,9 +106,7 @@ def failure_line(cases: list[dict[str, Any]]) -> str | None:
         bad = [r for r in case["ranks"] if r["status"] in FAILED]
         first = next((r for r in bad if r.get("error")), bad[0])
         ranks = ", ".join(str(r["rank"]) for r in bad)
-        return (
-            f"{case['op']}: {case['outcome']} on rank(s) {ranks} — rank {first['rank']}: {first.get('error')}"
-        )
+        return f"{case['op']}: {case['outcome']} on rank(s) {ranks} — rank {first['rank']}: {first.get('error')}"
     return None
 
 
@@ -123,9 +121,7 @@ def interconnect_class(topo: str) -> str | None:
             gpu_columns = sum(1 for _ in takewhile(lambda c: re.fullmatch(r"GPU\d+", c), cells))
             continue
         if gpu_columns and cells and re.fullmatch(r"GPU\d+", cells[0]):
-            links.update(
-                c for c in cells[1 : 1 + gpu_columns] if re.fullmatch(r"NV\d+|PIX|PXB|PHB|NODE|SYS", c)
-            )
+            links.update(c for c in cells[1 : 1 + gpu_columns] if re.fullmatch(r"NV\d+|PIX|PXB|PHB|NODE|SYS", c))
     if not links:
         return None
     nvlink = sorted(link for link in links if link.startswith("NV"))

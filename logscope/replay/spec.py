@@ -124,9 +124,7 @@ class CollectiveSpec:
             "world_size": self.world_size,
             "backend": self.backend,
             "nccl_env": dict(self.nccl_env),
-            "per_rank": {
-                str(rank): {"op": call.op, "numel": call.numel} for rank, call in self.per_rank.items()
-            },
+            "per_rank": {str(rank): {"op": call.op, "numel": call.numel} for rank, call in self.per_rank.items()},
             "source": self.source,
         }
 
@@ -254,9 +252,7 @@ def spec_from_diagnosis(diagnosis: dict[str, Any], op_override: str | None = Non
         if op != "barrier":
             notes.append(f"the logs give no element count; replaying {DEFAULT_NUMEL} elements")
     # A rank whose log named the op but not the size issues the collective's size.
-    per_rank = {
-        rank: RankCall(call_op, numel if count is None else count) for rank, (call_op, count) in calls.items()
-    }
+    per_rank = {rank: RankCall(call_op, numel if count is None else count) for rank, (call_op, count) in calls.items()}
     dtype = "float32"
     dtype_name = collective.get("dtype")
     if isinstance(dtype_name, str) and dtype_name:

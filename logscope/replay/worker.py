@@ -77,9 +77,7 @@ def bus_factor(op: str, world_size: int) -> float | None:
     return None if factor is None else factor(world_size)
 
 
-def bandwidths(
-    op: str, bytes_moved: int, seconds: float, world_size: int
-) -> tuple[float | None, float | None]:
+def bandwidths(op: str, bytes_moved: int, seconds: float, world_size: int) -> tuple[float | None, float | None]:
     """(algbw, busbw) in GB/s (1e9 bytes) as nccl-tests computes them; None for barrier or a zero time."""
     factor = bus_factor(op, world_size)
     if factor is None or seconds <= 0:

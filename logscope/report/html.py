@@ -234,9 +234,7 @@ def _ordered_events(events: pl.DataFrame) -> pl.DataFrame:
         )
         # a launcher line about a rank (ChildFailedError, "failed (exitcode: 1)") carries no attempt: it
         # belongs to that rank's latest attempt
-        .with_columns(
-            attempt_key=pl.col("attempt").fill_null(pl.col("attempt").max().over("rank_key")).fill_null(-1)
-        )
+        .with_columns(attempt_key=pl.col("attempt").fill_null(pl.col("attempt").max().over("rank_key")).fill_null(-1))
         .filter(pl.col("phase_idx").is_not_null())
         .sort(["attempt_key", "rank_key", "phase_idx", "ts", "source", "line"], nulls_last=True)
         .with_columns(
@@ -250,9 +248,7 @@ def _with_attempts(rank_rows: list[dict[str, Any]], events: pl.DataFrame) -> lis
     """Rank rows whose attempt is unknown get the attempt their rank's events resolved to (a rank with no
     events: the job's last attempt), so a rank's row and its events land in the same lane."""
     latest = {
-        int(r): int(a)
-        for r, a in events.group_by("rank_key").agg(pl.col("attempt_key").max()).iter_rows()
-        if a >= 0
+        int(r): int(a) for r, a in events.group_by("rank_key").agg(pl.col("attempt_key").max()).iter_rows() if a >= 0
     }
     last_attempt = max(latest.values(), default=None)
     return [
@@ -410,9 +406,7 @@ def _row_key(row: dict[str, Any]) -> LaneKey:
     return (-1 if attempt is None else int(attempt), -1 if rank is None else int(rank))
 
 
-def _segments(
-    slot_counts: dict[int, int], keys: pl.DataFrame
-) -> tuple[list[Segment], dict[int, tuple[float, float]]]:
+def _segments(slot_counts: dict[int, int], keys: pl.DataFrame) -> tuple[list[Segment], dict[int, tuple[float, float]]]:
     """Phase segments left to right: a floor width each, plus a share that grows with its progress points."""
     present = sorted(slot_counts)
     if not present:
@@ -426,9 +420,7 @@ def _segments(
     for phase_idx in present:
         width = min(PLOT_WIDTH, MIN_PHASE_WIDTH + spare * weights[phase_idx] / total)
         geometry[phase_idx] = (x, width)
-        segments.append(
-            Segment(PHASES[phase_idx], round(x, 1), round(width, 1), _ticks(keys, phase_idx, x, width))
-        )
+        segments.append(Segment(PHASES[phase_idx], round(x, 1), round(width, 1), _ticks(keys, phase_idx, x, width)))
         x += width
     return segments, geometry
 
@@ -457,9 +449,7 @@ def _ticks(keys: pl.DataFrame, phase_idx: int, x0: float, width: float) -> list[
 
 def _x_expression(geometry: dict[int, tuple[float, float]]) -> pl.Expr:
     x0 = pl.col("phase_idx").replace_strict({p: g[0] for p, g in geometry.items()}, return_dtype=pl.Float64)
-    width = pl.col("phase_idx").replace_strict(
-        {p: g[1] for p, g in geometry.items()}, return_dtype=pl.Float64
-    )
+    width = pl.col("phase_idx").replace_strict({p: g[1] for p, g in geometry.items()}, return_dtype=pl.Float64)
     return x0 + (pl.col("slot").cast(pl.Float64) + 0.5) * width / pl.col("n_slots").cast(pl.Float64)
 
 
@@ -509,9 +499,7 @@ def _group_lanes(
                 label=label,
                 status=_status_text(facts),
                 culprit=bool(culprits & set(ranks)),
-                empty_reason=None
-                if has_events
-                else f"no recognised lines ({facts.get('status') or 'hidden'})",
+                empty_reason=None if has_events else f"no recognised lines ({facts.get('status') or 'hidden'})",
             )
         )
     lanes.sort(key=lambda lane: lane.key)
@@ -547,9 +535,7 @@ def _draw_lane(lane: Lane, placed: pl.DataFrame, collective: dict[str, Any] | No
     if rows.height == 0:
         return
     for phase_row in (
-        rows.group_by("phase_idx")
-        .agg(x0=pl.col("x").min(), x1=pl.col("x").max(), n=pl.len())
-        .sort("phase_idx")
+        rows.group_by("phase_idx").agg(x0=pl.col("x").min(), x1=pl.col("x").max(), n=pl.len()).sort("phase_idx")
     ).iter_rows(named=True):
         phase = PHASES[int(phase_row["phase_idx"])]
         x0 = float(phase_row["x0"]) - MIN_BAR_WIDTH / 2
@@ -572,9 +558,7 @@ def _draw_lane(lane: Lane, placed: pl.DataFrame, collective: dict[str, Any] | No
             hits = rows.filter(pl.col("op") == collective.get("op"))
         if hits.height:  # where this rank entered the collective
             row = hits.row(0, named=True)
-            lane.marks.append(
-                Mark(round(float(row["x"]), 1), "collective", "failing collective: " + _event_title(row))
-            )
+            lane.marks.append(Mark(round(float(row["x"]), 1), "collective", "failing collective: " + _event_title(row)))
 
     last = rows.row(rows.height - 1, named=True)
     lane.marks.append(Mark(round(float(last["x"]), 1), "last", "last event: " + _event_title(last)))
@@ -656,9 +640,7 @@ def _collective_view(events: pl.DataFrame, rank_rows: list[dict[str, Any]]) -> d
                 "first": ranks[0],
                 "count": len(ranks),
                 "attempt": attempt if attempt >= 0 else None,
-                "cells": [
-                    {"text": text, "odd": _off_majority(text, majority[i])} for i, text in enumerate(cells)
-                ],
+                "cells": [{"text": text, "odd": _off_majority(text, majority[i])} for i, text in enumerate(cells)],
                 "odd": any(_off_majority(text, majority[i]) for i, text in enumerate(cells)),
             }
         )
@@ -726,9 +708,7 @@ def _finding_view(
         "next_step": clip(finding.get("next_step"), 300) if finding.get("next_step") else None,
         "is_verdict": bool(verdict.get("rule")) and finding.get("rule") == verdict.get("rule"),
         "collective": coll_facts,
-        "doc": {k: clip(str(doc[k]), 3000) for k in ("what", "why", "example") if doc.get(k)}
-        if doc
-        else None,
+        "doc": {k: clip(str(doc[k]), 3000) for k in ("what", "why", "example") if doc.get(k)} if doc else None,
         "anchor": f"finding-{number}",
         "evidence": [_evidence_view(e, cited, anchors) for e in evidence[:MAX_EVIDENCE_PER_FINDING]],
         "evidence_elided": max(0, len(evidence) - MAX_EVIDENCE_PER_FINDING),
@@ -753,9 +733,7 @@ def _cited_lines(events: pl.DataFrame, findings: list[dict[str, Any]]) -> pl.Dat
     )
 
 
-def _evidence_view(
-    evidence: dict[str, Any], cited: pl.DataFrame, anchors: dict[LaneKey, str]
-) -> dict[str, Any]:
+def _evidence_view(evidence: dict[str, Any], cited: pl.DataFrame, anchors: dict[LaneKey, str]) -> dict[str, Any]:
     line = evidence.get("line")
     context = list(evidence.get("context") or [])
     if not context:
@@ -782,9 +760,7 @@ def _evidence_view(
     }
 
 
-def _evidence_anchor(
-    evidence: dict[str, Any], cited: pl.DataFrame, anchors: dict[LaneKey, str]
-) -> str | None:
+def _evidence_anchor(evidence: dict[str, Any], cited: pl.DataFrame, anchors: dict[LaneKey, str]) -> str | None:
     """The per-rank view an evidence line belongs to: by its (file, line) in the event table, else by rank."""
     hit = cited.filter((pl.col("source") == evidence.get("path")) & (pl.col("line") == evidence.get("line")))
     if hit.height:

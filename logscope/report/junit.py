@@ -99,9 +99,7 @@ def _finding_case(finding: dict[str, Any]) -> ET.Element:
         lines.append(f"next step: {finding['next_step']}")
     body = xml_text("\n".join(lines))
     if finding["severity"] in FAILING_SEVERITIES:
-        failure = ET.SubElement(
-            case, "failure", {"type": finding["severity"], "message": xml_text(finding["message"])}
-        )
+        failure = ET.SubElement(case, "failure", {"type": finding["severity"], "message": xml_text(finding["message"])})
         failure.text = body
     else:
         ET.SubElement(case, "system-out").text = body

@@ -15,9 +15,7 @@ from logscope import __version__
 from logscope.model import Analysis
 from logscope.rules.docs import rule_doc
 
-SARIF_SCHEMA_URI = (
-    "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
-)
+SARIF_SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 
 # SARIF has four levels; logscope's five severities fold onto them.
 LEVELS = {"critical": "error", "error": "error", "warning": "warning", "note": "note", "info": "note"}

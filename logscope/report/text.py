@@ -19,12 +19,14 @@ def render(analysis: Analysis, width: int = 110, color: bool = False) -> str:
     d = analysis.diagnosis
     v = d["verdict"]
     buf = io.StringIO()
-    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
-                      highlight=False)
+    console = Console(
+        file=buf, width=width, force_terminal=color, color_system="standard" if color else None, highlight=False
+    )
     colour = _COLOUR.get(v["category"], "red")
     culprit = ", ".join(map(str, v["culprit_ranks"])) or "—"
-    console.print(f"[bold {colour}]{v['category']}[/]  culprit rank(s): [bold]{culprit}[/]  "
-                  f"confidence {v['confidence']:.2f}")
+    console.print(
+        f"[bold {colour}]{v['category']}[/]  culprit rank(s): [bold]{culprit}[/]  confidence {v['confidence']:.2f}"
+    )
     console.print(_text(v["summary"]))
     step = v["next_step"]
     console.print(f"\n[bold]Next step {step['id']}[/] — {_text(step['title'])}")
@@ -46,9 +48,13 @@ def render(analysis: Analysis, width: int = 110, color: bool = False) -> str:
         shown = d["ranks"][:64]
         for r in shown:
             table.add_row(
-                str(r["rank"]), _text(str(r["node"] or "")), str(r["local_rank"] if r["local_rank"] is not None else ""),
-                r["status"], "" if r["exit_code"] is None else str(r["exit_code"]) + (f" {r['signal']}" if r["signal"] else ""),
-                str(r["phase"] or ""), "" if r["last_iteration"] is None else str(r["last_iteration"]),
+                str(r["rank"]),
+                _text(str(r["node"] or "")),
+                str(r["local_rank"] if r["local_rank"] is not None else ""),
+                r["status"],
+                "" if r["exit_code"] is None else str(r["exit_code"]) + (f" {r['signal']}" if r["signal"] else ""),
+                str(r["phase"] or ""),
+                "" if r["last_iteration"] is None else str(r["last_iteration"]),
                 f"{'' if r['last_seq_enqueued'] is None else r['last_seq_enqueued']}/"
                 f"{'' if r['last_seq_completed'] is None else r['last_seq_completed']}",
                 _text(str(r.get("last_event") or "")),
@@ -59,8 +65,10 @@ def render(analysis: Analysis, width: int = 110, color: bool = False) -> str:
     if d["findings"]:
         console.print("\n[bold]findings[/]")
         for f in d["findings"]:
-            console.print(f"  [{'red' if f['severity'] in ('error', 'critical') else 'yellow'}]{f['severity']:<8}[/] "
-                          f"{f['rule']} {_text(f['title'])} (ranks {', '.join(map(str, f['ranks'])) or '?'})")
+            console.print(
+                f"  [{'red' if f['severity'] in ('error', 'critical') else 'yellow'}]{f['severity']:<8}[/] "
+                f"{f['rule']} {_text(f['title'])} (ranks {', '.join(map(str, f['ranks'])) or '?'})"
+            )
             if f["evidence"]:
                 ev = f["evidence"][0]
                 console.print(f"           {_text(ev['path'])}:{ev['line']}: {_text(ev['text'][:150])}")

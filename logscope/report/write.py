@@ -65,9 +65,7 @@ def plan_outputs(
             raise OutputError(f"refusing to overwrite {path}: it is part of the input")
         inside = is_inside(path.parent if path.parent != Path("") else Path("."), input_path)
         if inside and input_path.is_dir() and not allow_inside_input:
-            raise OutputError(
-                f"refusing to write {path} inside the input tree (pass --allow-output-in-input)"
-            )
+            raise OutputError(f"refusing to write {path} inside the input tree (pass --allow-output-in-input)")
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir():
             raise OutputError(f"cannot write {path}: folder {parent} does not exist")
@@ -86,11 +84,11 @@ def _overwrites_input(path: Path, input_path: Path) -> bool:
     return classify(path.resolve().relative_to(input_path.resolve()).as_posix(), None) is not None
 
 
-def write_outputs(
-    plan: Plan, analysis: Analysis, renderer: Callable[[str], Callable[[Analysis], str]]
-) -> None:
-    rendered = {fmt: renderer(fmt)(analysis) for fmt in {f for f, _ in plan.files} | (
-        {plan.stdout_format} if plan.stdout_format else set())}
+def write_outputs(plan: Plan, analysis: Analysis, renderer: Callable[[str], Callable[[Analysis], str]]) -> None:
+    rendered = {
+        fmt: renderer(fmt)(analysis)
+        for fmt in {f for f, _ in plan.files} | ({plan.stdout_format} if plan.stdout_format else set())
+    }
     for fmt, path in plan.files:
         write_atomic(path, rendered[fmt])
     if plan.stdout_format:

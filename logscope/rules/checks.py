@@ -14,12 +14,32 @@ CHECKS: dict[str, CheckFn] = {}
 
 # Events that say "communication failed here": a crash on a rank that shows one of these is its consequence.
 COMM_KINDS = {
-    "nccl_watchdog_timeout", "nccl_blocking_wait_timeout", "nccl_pg_status", "nccl_comm_aborted", "nccl_error",
-    "nccl_result", "nccl_async_exception", "nccl_heartbeat_stuck", "nccl_watchdog_terminated", "gloo_timeout",
-    "gloo_peer_closed", "gloo_peer_reset", "gloo_size_mismatch", "gloo_connect_failed", "monitored_barrier_failed",
-    "collective_mismatch_detail", "desync_report", "store_timeout", "store_clients_timeout", "nccl_peer_closed",
-    "nccl_uniqueid_store_error", "nccl_ib_completion_error", "nccl_duplicate_gpu", "cuda_illegal_access",
-    "gloo_connect_refused", "ddp_model_mismatch",
+    "nccl_watchdog_timeout",
+    "nccl_blocking_wait_timeout",
+    "nccl_pg_status",
+    "nccl_comm_aborted",
+    "nccl_error",
+    "nccl_result",
+    "nccl_async_exception",
+    "nccl_heartbeat_stuck",
+    "nccl_watchdog_terminated",
+    "gloo_timeout",
+    "gloo_peer_closed",
+    "gloo_peer_reset",
+    "gloo_size_mismatch",
+    "gloo_connect_failed",
+    "monitored_barrier_failed",
+    "collective_mismatch_detail",
+    "desync_report",
+    "store_timeout",
+    "store_clients_timeout",
+    "nccl_peer_closed",
+    "nccl_uniqueid_store_error",
+    "nccl_ib_completion_error",
+    "nccl_duplicate_gpu",
+    "cuda_illegal_access",
+    "gloo_connect_refused",
+    "ddp_model_mismatch",
 }
 NOT_A_CAUSE_EXC = ("DistBackendError", "DistStoreError", "DistNetworkError", "ChildFailedError", "KeyboardInterrupt")
 
@@ -66,8 +86,10 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
                 continue
             if rank in comm or (code == -6 and rank in comm):
                 continue
-            if any(x["kind"] in ("python_exception", "error_file", "segfault", "fatal_python_error")
-                   and x["rank"] == rank for x in causes):
+            if any(
+                x["kind"] in ("python_exception", "error_file", "segfault", "fatal_python_error") and x["rank"] == rank
+                for x in causes
+            ):
                 continue
         elif kind in ("python_exception", "error_file"):
             exc = str(f.get("exc_type") or "")
@@ -85,25 +107,38 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
     if not causes:
         return None
     # One cause per rank: prefer the event that says most (exception text over an exit code).
-    order = {"python_exception": 0, "error_file": 1, "rl_nan": 0, "sim_cuda_error": 0, "segfault": 2,
-             "fatal_python_error": 3,
-             "argparse_error": 0, "hydra_job_error": 4, "child_failure": 5}
+    order = {
+        "python_exception": 0,
+        "error_file": 1,
+        "rl_nan": 0,
+        "sim_cuda_error": 0,
+        "segfault": 2,
+        "fatal_python_error": 3,
+        "argparse_error": 0,
+        "hydra_job_error": 4,
+        "child_failure": 5,
+    }
     best: dict[Any, dict[str, Any]] = {}
     for e in causes:
         key = e["rank"]
         if key not in best or order.get(e["kind"], 9) < order.get(best[key]["kind"], 9):
             best[key] = e
-    ranked = sorted((r for r in best if r is not None))
+    ranked = sorted(r for r in best if r is not None)
     final = ctx.final_attempt
     recovered = bool(causes) and all((e["attempt"] or 0) < final for e in causes) and ctx.job.get("exit_code") != 1
     culprits = _first_in_cause(ctx, {r: best[r] for r in ranked}) if ranked else []
     evidence = [best[r] for r in culprits] + [e for e in causes if e["rank"] not in culprits]
-    what = ", ".join(
-        f"rank {r}: {_describe(best[r])}" for r in (culprits or ranked)
-    ) or _describe(causes[0])
-    hit = Hit(evidence, set(ranked), culprits=culprits,
-              values={"what": what, "recovered": " The elastic restart recovered: the final attempt finished."
-                      if recovered else "", "attempt": (best[culprits[0]]["attempt"] if culprits else None) or 0})
+    what = ", ".join(f"rank {r}: {_describe(best[r])}" for r in (culprits or ranked)) or _describe(causes[0])
+    hit = Hit(
+        evidence,
+        set(ranked),
+        culprits=culprits,
+        values={
+            "what": what,
+            "recovered": " The elastic restart recovered: the final attempt finished." if recovered else "",
+            "attempt": (best[culprits[0]]["attempt"] if culprits else None) or 0,
+        },
+    )
     if recovered:
         hit.severity = "warning"
     return hit
@@ -116,8 +151,11 @@ def _describe(e: dict[str, Any]) -> str:
         from logscope.align.align import signal_name
 
         sig = signal_name(code)
-        return f"exit code {code}" + (f" ({sig})" if sig else "") + (
-            " — SIGKILL with no traceback is usually the host OOM killer or a manual kill" if code == -9 else "")
+        return (
+            f"exit code {code}"
+            + (f" ({sig})" if sig else "")
+            + (" — SIGKILL with no traceback is usually the host OOM killer or a manual kill" if code == -9 else "")
+        )
     if e["kind"] in ("python_exception", "error_file"):
         return f"{f.get('exc_type') or 'exception'}: {str(f.get('reason') or e['text'])[:160]}"
     return e["text"][:160]
@@ -158,33 +196,46 @@ def peer_connection_lost(rule: Rule, ctx: Context, events: list[dict[str, Any]],
             culprits = sorted(peers)
         elif world == 2 and len(reporters) == 1:
             culprits = [1 - next(iter(reporters))]
-    return Hit(events, reporters, culprits=culprits,
-               values={"reporters": sorted(reporters) or "unknown"})
+    return Hit(events, reporters, culprits=culprits, values={"reporters": sorted(reporters) or "unknown"})
 
 
 @check("single_rank")
 def single_rank(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
     """The job ran one rank: world size 1 reported where more were launched or asked for, or by a distributed job."""
-    sizes = [(e, int(str(ctx.field(e, "world_size")))) for e in events
-             if str(ctx.field(e, "world_size") or "").isdigit()]
+    sizes = [
+        (e, int(str(ctx.field(e, "world_size")))) for e in events if str(ctx.field(e, "world_size") or "").isdigit()
+    ]
     if not sizes or any(ws > 1 for _, ws in sizes):
         return None
     streams = {(e["sid"], e["tee_lrank"], e["local_rank"]) for e, _ in sizes}
     requested = ctx.job.get("requested_world_size")
     evidence = [e for e, _ in sizes][:4]
     if len(streams) > 1:
-        return Hit(evidence, {e["rank"] for e, _ in sizes if e["rank"] is not None}, culprits=[],
-                   values={"why_one": f"{len(streams)} processes each report world_size=1: none of them joined "
-                                      "the others"})
+        return Hit(
+            evidence,
+            {e["rank"] for e, _ in sizes if e["rank"] is not None},
+            culprits=[],
+            values={"why_one": f"{len(streams)} processes each report world_size=1: none of them joined the others"},
+        )
     if requested and requested > 1:
-        return Hit(evidence, {0}, culprits=[],
-                   values={"why_one": f"torchrun was asked for {requested} processes but the job saw world_size=1"})
-    distributed = any(ctx.by_kind.get(k) for k in ("pg_initialized", "sync_start", "pg_nccl_options",
-                                                   "rank_identity", "nccl_comm_init"))
+        return Hit(
+            evidence,
+            {0},
+            culprits=[],
+            values={"why_one": f"torchrun was asked for {requested} processes but the job saw world_size=1"},
+        )
+    distributed = any(
+        ctx.by_kind.get(k)
+        for k in ("pg_initialized", "sync_start", "pg_nccl_options", "rank_identity", "nccl_comm_init")
+    )
     if not distributed:
         return None
-    hit = Hit(evidence, {0}, culprits=[],
-              values={"why_one": "the distributed job (process group, parameter broadcast) ran with world_size=1"})
+    hit = Hit(
+        evidence,
+        {0},
+        culprits=[],
+        values={"why_one": "the distributed job (process group, parameter broadcast) ran with world_size=1"},
+    )
     hit.severity = "warning"
     return hit
 
@@ -213,9 +264,13 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
     if behind and len(behind) < len(ctx.visible):
         culprits = behind
     it_text = ", ".join(f"rank {r}: {i}" for r, i in sorted(last_it.items())) or "none printed"
-    return Hit([last], set(ctx.visible), culprits=culprits,
-               values={"last_iterations": it_text, "last_line": last["text"]},
-               confidence_factor=factor * (0.9 if not ctx.hidden else 0.7))
+    return Hit(
+        [last],
+        set(ctx.visible),
+        culprits=culprits,
+        values={"last_iterations": it_text, "last_line": last["text"]},
+        confidence_factor=factor * (0.9 if not ctx.hidden else 0.7),
+    )
 
 
 @check("duplicate_device")
@@ -252,9 +307,14 @@ def duplicate_device(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
 
 def breaks_own_pattern(ctx: Context, rank: int, seq: int, op: Any, shape: Any) -> bool:
     """The rank ran a different op on the same tensor shape than the last time it saw that shape."""
-    earlier = [x for x in ctx.by_rank.get(rank, [])
-               if x["kind"] == "collective_fingerprint" and x["seq"] is not None and x["seq"] < seq
-               and x["_f"].get("shape") == shape]
+    earlier = [
+        x
+        for x in ctx.by_rank.get(rank, [])
+        if x["kind"] == "collective_fingerprint"
+        and x["seq"] is not None
+        and x["seq"] < seq
+        and x["_f"].get("shape") == shape
+    ]
     if not earlier:
         return False
     last = max(earlier, key=lambda x: x["seq"])
@@ -282,9 +342,18 @@ def lagging_other_collective(
         return None
     laggards = sorted(r for r, e in pending.items() if e["seq"] == low)
     ahead = sorted(r for r, e in pending.items() if e["seq"] != low)
-    return Hit(sorted(pending.values(), key=lambda e: e["seq"]), set(pending), culprits=laggards,
-               values={"low_seq": low, "high_seq": high, "low_op": "/".join(sorted(low_ops)),
-                       "high_op": "/".join(sorted(high_ops)), "ahead": ahead})
+    return Hit(
+        sorted(pending.values(), key=lambda e: e["seq"]),
+        set(pending),
+        culprits=laggards,
+        values={
+            "low_seq": low,
+            "high_seq": high,
+            "low_op": "/".join(sorted(low_ops)),
+            "high_op": "/".join(sorted(high_ops)),
+            "ahead": ahead,
+        },
+    )
 
 
 @check("detail_mismatch")
@@ -314,14 +383,35 @@ def detail_mismatch(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
     elif not culprits:
         factor = 0.6
     per_rank = ", ".join(f"rank {r}: {s[0]} [{s[1] or ''}]" for r, s in sorted(sigs.items()))
-    return Hit(events, set(sigs), culprits=sorted(culprits), confidence_factor=factor,
-               values={"seq": f.get("seq"), "per_rank": per_rank})
+    return Hit(
+        events,
+        set(sigs),
+        culprits=sorted(culprits),
+        confidence_factor=factor,
+        values={"seq": f.get("seq"), "per_rank": per_rank},
+    )
 
 
 COLLECTIVE_APIS = {
-    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-    "reduce", "all_to_all", "all_to_all_single", "barrier", "send", "recv", "isend", "irecv", "gather", "scatter",
-    "broadcast_object_list", "all_gather_object", "monitored_barrier",
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "gather",
+    "scatter",
+    "broadcast_object_list",
+    "all_gather_object",
+    "monitored_barrier",
 }
 
 
@@ -355,8 +445,9 @@ def different_collective_calls(
     else:
         culprits, factor = sorted(calls), 0.7
     per_rank = ", ".join(f"rank {r}: {api}" for r, api in sorted(calls.items()))
-    return Hit(list(last.values()), set(calls), culprits=culprits, confidence_factor=factor,
-               values={"per_rank": per_rank})
+    return Hit(
+        list(last.values()), set(calls), culprits=culprits, confidence_factor=factor, values={"per_rank": per_rank}
+    )
 
 
 @check("duplicate_gpu")
@@ -373,8 +464,11 @@ def duplicate_gpu(rule: Rule, ctx: Context, events: list[dict[str, Any]], params
     for rank in named:
         info = ctx.ranks.get(rank, {})
         local = info.get("local_rank")
-        devs = {str(x["_f"].get("cuda_dev")) for x in ctx.by_kind.get("nccl_comm_init", [])
-                if x["rank"] == rank and x["_f"].get("cuda_dev") is not None}
+        devs = {
+            str(x["_f"].get("cuda_dev"))
+            for x in ctx.by_kind.get("nccl_comm_init", [])
+            if x["rank"] == rank and x["_f"].get("cuda_dev") is not None
+        }
         if local is not None and devs and str(local) not in devs:
             misplaced.add(rank)
     culprits = sorted(misplaced or named)
@@ -383,8 +477,12 @@ def duplicate_gpu(rule: Rule, ctx: Context, events: list[dict[str, Any]], params
 
 def _all_ranks_aborted(ctx: Context) -> list[dict[str, Any]]:
     """Every failed rank died of SIGABRT with no traceback: ProcessGroupNCCL's watchdog tearing them down."""
-    failures = [e for k in ("child_failure", "worker_failed") for e in ctx.by_kind.get(k, [])
-                if e["exitcode"] not in (None, 0, -15)]
+    failures = [
+        e
+        for k in ("child_failure", "worker_failed")
+        for e in ctx.by_kind.get(k, [])
+        if e["exitcode"] not in (None, 0, -15)
+    ]
     if failures and all(e["exitcode"] == -6 for e in failures):
         own = [e for e in ctx.rows if e["kind"] in ("python_exception", "error_file", "segfault", "cuda_oom")]
         if not own:
@@ -398,8 +496,9 @@ def all_ranks_aborted(rule: Rule, ctx: Context, events: list[dict[str, Any]], pa
     if not failures or any(e["kind"] == "nccl_watchdog_timeout" for e in ctx.rows):
         return None
     ranks = {e["rank"] for e in failures if e["rank"] is not None}
-    return Hit(failures, ranks, culprits=[], values={"count": len(failures)},
-               confidence_factor=1.0 if len(ranks) >= 2 else 0.8)
+    return Hit(
+        failures, ranks, culprits=[], values={"count": len(failures)}, confidence_factor=1.0 if len(ranks) >= 2 else 0.8
+    )
 
 
 @check("gpu_unusable_at_sync")
@@ -419,8 +518,18 @@ def gpu_unusable_at_sync(rule: Rule, ctx: Context, events: list[dict[str, Any]],
     return hit
 
 
-WORKER_KINDS = ("sync_start", "iteration", "config_values", "rank_identity", "pg_initialized", "child_failure",
-                "worker_failed", "error_file", "nccl_comm_init", "training_time")
+WORKER_KINDS = (
+    "sync_start",
+    "iteration",
+    "config_values",
+    "rank_identity",
+    "pg_initialized",
+    "child_failure",
+    "worker_failed",
+    "error_file",
+    "nccl_comm_init",
+    "training_time",
+)
 
 
 @check("launcher_failed")
@@ -429,7 +538,11 @@ def launcher_failed(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
     if not events or any(ctx.by_kind.get(k) for k in WORKER_KINDS) or ctx.visible:
         return None
     rdzv = [e for e in events if "rendezvous" in str(e["_f"].get("module", "")) or e["_f"].get("fn") == "_rendezvous"]
-    hit = Hit((rdzv or events)[:6], set(), culprits=[],
-              values={"where": f"{events[-1]['_f'].get('module')}.py in {events[-1]['_f'].get('fn')}"})
+    hit = Hit(
+        (rdzv or events)[:6],
+        set(),
+        culprits=[],
+        values={"where": f"{events[-1]['_f'].get('module')}.py in {events[-1]['_f'].get('fn')}"},
+    )
     hit.confidence_factor = 1.0 if rdzv else 0.8
     return hit

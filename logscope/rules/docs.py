@@ -16,9 +16,17 @@ def _builtin() -> tuple[Rule, ...]:
 def rule_doc(rule_id: str) -> dict[str, Any] | None:
     for rule in _builtin():
         if rule.id == rule_id:
-            return {"id": rule.id, "title": rule.title, "what": rule.why["what"], "why": rule.why["why"],
-                    "example": rule.why["example"], "category": rule.category, "severity": rule.severity,
-                    "next_step": rule.next_step["id"], "references": list(rule.references)}
+            return {
+                "id": rule.id,
+                "title": rule.title,
+                "what": rule.why["what"],
+                "why": rule.why["why"],
+                "example": rule.why["example"],
+                "category": rule.category,
+                "severity": rule.severity,
+                "next_step": rule.next_step["id"],
+                "references": list(rule.references),
+            }
     return None
 
 
@@ -41,8 +49,11 @@ def rules_markdown() -> str:
         "# Rules\n\n"
         "Generated from the files in `rules/` by `python -m logscope.rules.docs` — do not edit by hand.\n\n"
         "| id | category | severity | title |\n|---|---|---|---|\n"
-        + "".join(f"| [{r.id}](#{r.id.lower()}-{r.title.lower().replace(' ', '-')}) | {r.category} | {r.severity} "
-                  f"| {r.title} |\n" for r in rules)
+        + "".join(
+            f"| [{r.id}](#{r.id.lower()}-{r.title.lower().replace(' ', '-')}) | {r.category} | {r.severity} "
+            f"| {r.title} |\n"
+            for r in rules
+        )
     )
     return head + "\n" + "\n".join(rule_markdown(r) for r in rules)
 

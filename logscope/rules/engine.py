@@ -126,11 +126,18 @@ def cond_absent_after_phase(rule: Rule, ctx: Context, events: list[dict[str, Any
     missing = sorted(r for r in ctx.visible - have if ctx.reached(r, reached))
     if not missing:
         return None
-    evidence = [e for r in missing for e in ctx.by_rank[r] if PHASE_ORDER.get(e["phase"], -1) >= PHASE_ORDER[reached]][:4]
+    evidence = [e for r in missing for e in ctx.by_rank[r] if PHASE_ORDER.get(e["phase"], -1) >= PHASE_ORDER[reached]][
+        :4
+    ]
     evidence += [e for e in ctx.rows if e["kind"] in expect][:2]
     factor = 0.8 if ctx.hidden else 1.0
-    return Hit(evidence, set(missing), culprits=missing, confidence_factor=factor,
-               values={"missing_ranks": missing, "peers": sorted(have), "expected": ", ".join(sorted(expect))})
+    return Hit(
+        evidence,
+        set(missing),
+        culprits=missing,
+        confidence_factor=factor,
+        values={"missing_ranks": missing, "peers": sorted(have), "expected": ", ".join(sorted(expect))},
+    )
 
 
 def cond_last_event(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
@@ -139,7 +146,7 @@ def cond_last_event(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> H
     if rule.condition.get("unless_ended", True) and ctx.job.get("exit_code") == 0:
         return None
     stuck: list[dict[str, Any]] = []
-    for rank, rows in ctx.by_rank.items():
+    for rows in ctx.by_rank.values():
         live = [r for r in rows if r["level"] != "benign" and r["kind"] not in ("worker_sigterm_sent",)]
         if live and live[-1]["kind"] in kinds and _where_ok(rule, ctx, live[-1]):
             stuck.append(live[-1])
@@ -149,19 +156,29 @@ def cond_last_event(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> H
     if not stuck:
         return None
     ranks = {e["rank"] for e in stuck if e["rank"] is not None}
-    reached_past = sorted(r for r in ctx.visible - ranks if any(
-        PHASE_ORDER.get(e["phase"], -1) > PHASE_ORDER.get(stuck[0]["phase"], 0) for e in ctx.by_rank[r]))
+    reached_past = sorted(
+        r
+        for r in ctx.visible - ranks
+        if any(PHASE_ORDER.get(e["phase"], -1) > PHASE_ORDER.get(stuck[0]["phase"], 0) for e in ctx.by_rank[r])
+    )
     factor = 0.7 if (ctx.hidden or not ctx.ranks) else 1.0
-    return Hit(stuck, ranks, confidence_factor=factor,
-               values={"stuck_ranks": sorted(ranks), "ahead_ranks": reached_past,
-                       "last_line": stuck[0]["text"]})
+    return Hit(
+        stuck,
+        ranks,
+        confidence_factor=factor,
+        values={"stuck_ranks": sorted(ranks), "ahead_ranks": reached_past, "last_line": stuck[0]["text"]},
+    )
 
 
 def _per_rank_values(ctx: Context, events: list[dict[str, Any]], name: str) -> dict[int, str]:
     values: dict[int, str] = {}
     for e in events:
         value = ctx.field(e, name)
-        if e["rank"] is not None and value is not None and (e["attempt"] or 0) >= (ctx.ranks.get(e["rank"], {}).get("attempt") or 0):
+        if (
+            e["rank"] is not None
+            and value is not None
+            and (e["attempt"] or 0) >= (ctx.ranks.get(e["rank"], {}).get("attempt") or 0)
+        ):
             values[e["rank"]] = str(value)
     return values
 
@@ -188,10 +205,15 @@ def cond_field_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -
     evidence = [e for e in events if any(ctx.field(e, n) is not None for n in differing)]
     evidence.sort(key=lambda e: (e["rank"] not in culprits, e["rank"] or 0))
     summary = "; ".join(
-        f"{name}: " + ", ".join(f"rank {r}={v}" for r, v in sorted(values.items())) for name, values in differing.items()
+        f"{name}: " + ", ".join(f"rank {r}={v}" for r, v in sorted(values.items()))
+        for name, values in differing.items()
     )
-    return Hit(evidence, set().union(*[set(v) for v in differing.values()]), culprits=sorted(culprits),
-               values={"fields": ", ".join(differing), "differences": summary})
+    return Hit(
+        evidence,
+        set().union(*[set(v) for v in differing.values()]),
+        culprits=sorted(culprits),
+        values={"fields": ", ".join(differing), "differences": summary},
+    )
 
 
 def _offset_by_rank(values: dict[int, str]) -> bool:
@@ -231,8 +253,13 @@ def cond_same_seq_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]
         if not minority:
             minority, factor = sorted(sigs), 0.7  # nothing tells which side took the other branch
         ops = ", ".join(f"rank {r}: " + "/".join(str(x) for x in s) for r, s in sorted(sigs.items()))
-        return Hit(rows_at[key], set(sigs), culprits=minority, confidence_factor=factor,
-                   values={"seq": key[1], "pg": key[0], "per_rank": ops})
+        return Hit(
+            rows_at[key],
+            set(sigs),
+            culprits=minority,
+            confidence_factor=factor,
+            values={"seq": key[1], "pg": key[0], "per_rank": ops},
+        )
     return None
 
 
@@ -240,8 +267,14 @@ def _deviating(ctx: Context, seq: int, rows: list[dict[str, Any]]) -> list[int]:
     """With two ranks a vote cannot decide: blame the rank that broke its own pattern of collectives."""
     from logscope.rules.checks import breaks_own_pattern
 
-    return sorted({e["rank"] for e in rows if e["kind"] == "collective_fingerprint"
-                   and breaks_own_pattern(ctx, e["rank"], seq, e["op"], e["_f"].get("shape"))})
+    return sorted(
+        {
+            e["rank"]
+            for e in rows
+            if e["kind"] == "collective_fingerprint"
+            and breaks_own_pattern(ctx, e["rank"], seq, e["op"], e["_f"].get("shape"))
+        }
+    )
 
 
 def cond_seq_lag(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
@@ -259,9 +292,17 @@ def cond_seq_lag(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit 
     if high - low < rule.condition.get("min_gap", 1):
         return None
     laggards = sorted(r for r, s in seqs.items() if s == low)
-    return Hit(list(latest.values()), set(seqs), culprits=laggards,
-               values={"low_seq": low, "high_seq": high, "gap": high - low,
-                       "per_rank": ", ".join(f"rank {r}: {s}" for r, s in sorted(seqs.items()))})
+    return Hit(
+        list(latest.values()),
+        set(seqs),
+        culprits=laggards,
+        values={
+            "low_seq": low,
+            "high_seq": high,
+            "gap": high - low,
+            "per_rank": ", ".join(f"rank {r}: {s}" for r, s in sorted(seqs.items())),
+        },
+    )
 
 
 def cond_check(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
@@ -306,8 +347,11 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
             return [1 - reporters[0]]
         peers = sorted(ctx.visible - set(reporters))
         return peers if len(peers) == 1 else []
-    if strategy in ("laggards", "laggards_or_silent_peers", "silent_peers") and ctx.job.get("world_size") == 1 \
-            and ctx.job.get("world_size_declared"):
+    if (
+        strategy in ("laggards", "laggards_or_silent_peers", "silent_peers")
+        and ctx.job.get("world_size") == 1
+        and ctx.job.get("world_size_declared")
+    ):
         return reporters  # alone in the world: the rank timed out on its own collective
     if strategy in ("laggards", "laggards_or_silent_peers"):
         lag = _laggards(ctx, hit)
@@ -347,10 +391,12 @@ def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
     reporters = set(hit.ranks)
     if not reporters:
         return []
-    complete = {r for r, rows in ctx.by_rank.items()
-                if any(e["tee_lrank"] is not None or e["node"] is not None for e in rows)}
+    complete = {
+        r for r, rows in ctx.by_rank.items() if any(e["tee_lrank"] is not None or e["node"] is not None for e in rows)
+    }
     peers = sorted(r for r in (ctx.visible & complete) - reporters)
-    if peers and len(peers) < max(len(reporters), 1) + len(peers):
+    # The culprit is the minority that is somewhere else; when most ranks are silent, silence says nothing.
+    if peers and len(peers) <= len(reporters):
         return peers
     return []
 
@@ -362,11 +408,25 @@ class _Values(dict[str, Any]):
 
 
 API_OPTYPE = {
-    "all_reduce": "ALLREDUCE", "broadcast": "BROADCAST", "broadcast_object_list": "BROADCAST",
-    "all_gather": "ALLGATHER", "all_gather_into_tensor": "_ALLGATHER_BASE", "all_gather_object": "ALLGATHER",
-    "reduce_scatter": "REDUCE_SCATTER", "reduce_scatter_tensor": "_REDUCE_SCATTER_BASE", "reduce": "REDUCE",
-    "all_to_all": "ALLTOALL", "all_to_all_single": "ALLTOALL_BASE", "barrier": "BARRIER", "monitored_barrier": "BARRIER",
-    "send": "SEND", "isend": "SEND", "recv": "RECV", "irecv": "RECV", "gather": "GATHER", "scatter": "SCATTER",
+    "all_reduce": "ALLREDUCE",
+    "broadcast": "BROADCAST",
+    "broadcast_object_list": "BROADCAST",
+    "all_gather": "ALLGATHER",
+    "all_gather_into_tensor": "_ALLGATHER_BASE",
+    "all_gather_object": "ALLGATHER",
+    "reduce_scatter": "REDUCE_SCATTER",
+    "reduce_scatter_tensor": "_REDUCE_SCATTER_BASE",
+    "reduce": "REDUCE",
+    "all_to_all": "ALLTOALL",
+    "all_to_all_single": "ALLTOALL_BASE",
+    "barrier": "BARRIER",
+    "monitored_barrier": "BARRIER",
+    "send": "SEND",
+    "isend": "SEND",
+    "recv": "RECV",
+    "irecv": "RECV",
+    "gather": "GATHER",
+    "scatter": "SCATTER",
 }
 
 
@@ -397,18 +457,35 @@ def _collective(ctx: Context, hit: Hit) -> dict[str, Any] | None:
         timeout = next((e["timeout_ms"] for e in hit.events if e["timeout_ms"] is not None), None)
         if op is None and timeout is None:
             return None
-        return {"op": op, "seq": None, "numel_in": None, "numel_out": None, "dtype": None, "timeout_ms": timeout,
-                "pg": None, "per_rank": [{"rank": e["rank"], "op": _call_op(ctx, e["rank"]), "seq": None,
-                                          "numel_in": None, "numel_out": None}
-                                         for e in hit.events if e["rank"] is not None][:64]}
+        return {
+            "op": op,
+            "seq": None,
+            "numel_in": None,
+            "numel_out": None,
+            "dtype": None,
+            "timeout_ms": timeout,
+            "pg": None,
+            "per_rank": [
+                {"rank": e["rank"], "op": _call_op(ctx, e["rank"]), "seq": None, "numel_in": None, "numel_out": None}
+                for e in hit.events
+                if e["rank"] is not None
+            ][:64],
+        }
     first = rows[0]
     per_rank = []
     seen: set[int] = set()
     for e in rows:
         if e["rank"] is not None and e["rank"] not in seen:
             seen.add(e["rank"])
-            per_rank.append({"rank": e["rank"], "op": e["op"], "seq": e["seq"], "numel_in": e["numel_in"],
-                             "numel_out": e["numel_out"]})
+            per_rank.append(
+                {
+                    "rank": e["rank"],
+                    "op": e["op"],
+                    "seq": e["seq"],
+                    "numel_in": e["numel_in"],
+                    "numel_out": e["numel_out"],
+                }
+            )
     dtype = ctx.field(first, "dtype")
     return {
         "op": first["op"],
@@ -426,8 +503,11 @@ def _ranks_text(ranks: list[int]) -> str:
     if not ranks:
         return "unknown"
     if len(ranks) > 6:
-        return f"{ranks[0]}–{ranks[-1]} ({len(ranks)} ranks)" if ranks == list(range(ranks[0], ranks[-1] + 1)) else (
-            ", ".join(map(str, ranks[:6])) + f", … ({len(ranks)} ranks)")
+        return (
+            f"{ranks[0]}–{ranks[-1]} ({len(ranks)} ranks)"
+            if ranks == list(range(ranks[0], ranks[-1] + 1))
+            else (", ".join(map(str, ranks[:6])) + f", … ({len(ranks)} ranks)")
+        )
     return ", ".join(map(str, ranks))
 
 
@@ -457,20 +537,26 @@ def finding(rule: Rule, ctx: Context, hit: Hit, input_path: str) -> dict[str, An
     for name, value in (first.get("_f") or {}).items():
         values.setdefault(name, value)
     world = ctx.job.get("world_size")
-    values.update({
-        "collective_desc": _describe_collective(collective),
-        "world_sizes": ",".join(str(w) for w in sorted({1, 2, *([world] if world else [])})),
-        "ranks": _ranks_text(sorted(hit.ranks)),
-        "culprits": _ranks_text(culprits),
-        "world_size": ctx.job.get("world_size") or "?",
-        "input": input_path,
-        "text": first.get("text", ""),
-    })
+    values.update(
+        {
+            "collective_desc": _describe_collective(collective),
+            "world_sizes": ",".join(str(w) for w in sorted({1, 2, *([world] if world else [])})),
+            "ranks": _ranks_text(sorted(hit.ranks)),
+            "culprits": _ranks_text(culprits),
+            "world_size": ctx.job.get("world_size") or "?",
+            "input": input_path,
+            "text": first.get("text", ""),
+        }
+    )
     values.update({k: _ranks_text(v) if isinstance(v, list) else v for k, v in hit.values.items()})
     severity = hit.severity or rule.severity
     attempts = [e["attempt"] for e in hit.events if e["attempt"] is not None]
-    if ctx.job.get("exit_code") == 0 and attempts and max(attempts) < ctx.final_attempt \
-            and SEVERITY_RANK[severity] > SEVERITY_RANK["warning"]:
+    if (
+        ctx.job.get("exit_code") == 0
+        and attempts
+        and max(attempts) < ctx.final_attempt
+        and SEVERITY_RANK[severity] > SEVERITY_RANK["warning"]
+    ):
         severity = "warning"  # an earlier attempt failed and the elastic restart recovered
     confidence = rule.confidence * hit.confidence_factor
     if ctx.hidden:

@@ -62,7 +62,9 @@ def _lines(node: yaml.Node, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...
     return out
 
 
-def _check(value: Any, schema: dict[str, Any], path: tuple[str, ...], errors: list[tuple[tuple[str, ...], str]]) -> None:
+def _check(
+    value: Any, schema: dict[str, Any], path: tuple[str, ...], errors: list[tuple[tuple[str, ...], str]]
+) -> None:
     """The subset of JSON Schema that schema.json uses (tests check the same files with the full validator)."""
     root = rule_schema()
     if "$ref" in schema:
@@ -77,11 +79,17 @@ def _check(value: Any, schema: dict[str, Any], path: tuple[str, ...], errors: li
     if kinds is not None:
         allowed = kinds if isinstance(kinds, list) else [kinds]
         py: dict[str, type | tuple[type, ...]] = {
-            "object": dict, "array": list, "string": str, "integer": int, "number": (int, float),
-            "boolean": bool, "null": type(None),
+            "object": dict,
+            "array": list,
+            "string": str,
+            "integer": int,
+            "number": (int, float),
+            "boolean": bool,
+            "null": type(None),
         }
-        ok = any(isinstance(value, py[k]) and not (k in ("integer", "number") and isinstance(value, bool))
-                 for k in allowed)
+        ok = any(
+            isinstance(value, py[k]) and not (k in ("integer", "number") and isinstance(value, bool)) for k in allowed
+        )
         if not ok:
             errors.append((path, f"{where}: expected {' or '.join(allowed)}, got {type(value).__name__}"))
             return

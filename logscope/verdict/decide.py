@@ -25,8 +25,12 @@ def decide(
     """The most specific cause wins: a mismatch explains a timeout, a crash explains its peers' errors."""
     ranked = sorted(
         findings,
-        key=lambda f: (SEVERITY_ORDER[f["severity"]] >= 2, f["specificity"], SEVERITY_ORDER[f["severity"]],
-                       f["confidence"]),
+        key=lambda f: (
+            SEVERITY_ORDER[f["severity"]] >= 2,
+            f["specificity"],
+            SEVERITY_ORDER[f["severity"]],
+            f["confidence"],
+        ),
         reverse=True,
     )
     checklist = _checklist(aligned, findings)
@@ -42,23 +46,29 @@ def decide(
             "confidence": round(confidence * completeness, 2),
             "summary": _healthy_summary(aligned, v2, v3),
             "rule": None,
-            "next_step": {"id": "W7" if aligned.job.get("world_size") == 2 else "W1",
-                          "title": "", "command": None},
+            "next_step": {"id": "W7" if aligned.job.get("world_size") == 2 else "W1", "title": "", "command": None},
         }
         step = "W1" if not findings else findings[0]["next_step"]
-        verdict["next_step"] = {"id": step, "title": STEPS[step], "command": None,
-                                "detail": "Nothing to debug in these logs; keep the per-rank logs (--tee 3 --log_dir)."}
+        verdict["next_step"] = {
+            "id": step,
+            "title": STEPS[step],
+            "command": None,
+            "detail": "Nothing to debug in these logs; keep the per-rank logs (--tee 3 --log_dir).",
+        }
         findings[:] = [_strip(f) for f in findings]
         return verdict, checklist
     explained = [f for f in ranked if f is not top and SEVERITY_ORDER[f["severity"]] >= 2]
     summary = top["message"]
     if explained:
-        summary += " This also explains: " + "; ".join(
-            f"{f['title'].lower()} ({f['rule']})" for f in explained[:4]) + "."
+        summary += (
+            " This also explains: " + "; ".join(f"{f['title'].lower()} ({f['rule']})" for f in explained[:4]) + "."
+        )
     hidden = [r["rank"] for r in aligned.rank_rows() if r["status"] == "hidden"]
     if hidden:
-        summary += (f" Ranks {_ranks(hidden)} are hidden (no lines of theirs in these logs), so the evidence is "
-                    "incomplete: rerun with --tee 3 --log_dir to see every rank (W5).")
+        summary += (
+            f" Ranks {_ranks(hidden)} are hidden (no lines of theirs in these logs), so the evidence is "
+            "incomplete: rerun with --tee 3 --log_dir to see every rank (W5)."
+        )
     step_id = top["next_step"]
     command = top.get("next_step_command") or DEFAULT_COMMANDS.get(step_id, "")
     command = command.replace("{input}", input_path) if command else None
@@ -71,7 +81,12 @@ def decide(
         "confidence": round(top["confidence"] * completeness, 2),
         "summary": summary,
         "rule": top["rule"],
-        "next_step": {"id": step_id, "title": STEPS[step_id], "command": command, **({"detail": detail} if detail else {})},
+        "next_step": {
+            "id": step_id,
+            "title": STEPS[step_id],
+            "command": command,
+            **({"detail": detail} if detail else {}),
+        },
     }
     findings[:] = [_strip(f) for f in ranked]
     return verdict, checklist
@@ -114,7 +129,9 @@ def _checklist(aligned: Aligned, findings: list[dict[str, Any]]) -> list[dict[st
     else:
         add("V1", "unknown", ["no single-GPU run in these logs (compare one with `logscope diff`)"])
     # V2: every rank printed the framework's sync line.
-    synced = set(events.filter(events["kind"] == "sync_start")["rank"].drop_nulls().to_list()) if events.height else set()
+    synced = (
+        set(events.filter(events["kind"] == "sync_start")["rank"].drop_nulls().to_list()) if events.height else set()
+    )
     visible = [r["rank"] for r in ranks if r["status"] == "visible"]
     hidden = [r["rank"] for r in ranks if r["status"] == "hidden"]
     if not synced:

@@ -44,11 +44,7 @@ def test_one_rank_vs_two_ranks(analysed: Analysed) -> None:
     assert job["torch_version"]["changed"] is False
 
     config = {row["key"]: row for row in comparison["config"]}
-    assert (
-        config["world_size"]["changed"]
-        and config["world_size"]["a"] == ["1"]
-        and config["world_size"]["b"] == ["2"]
-    )
+    assert config["world_size"]["changed"] and config["world_size"]["a"] == ["1"] and config["world_size"]["b"] == ["2"]
     for same in ("seed", "num_envs", "task", "config_hash"):
         assert config[same]["changed"] is False, same
     assert {item["rank"] for item in config["seed"]["per_rank"]} == {0, 1}

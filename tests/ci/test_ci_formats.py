@@ -174,9 +174,7 @@ def test_junit_has_a_case_per_checklist_item_and_per_finding(case: Path, analyse
 
 
 def test_junit_drops_characters_xml_cannot_carry(analysed: Analysed) -> None:
-    analysis = _with_evidence_text(
-        analysed(REAL_RUNS / "10_python_exception_rank1_record"), "\x1b[1mbold\x00\x07"
-    )
+    analysis = _with_evidence_text(analysed(REAL_RUNS / "10_python_exception_rank1_record"), "\x1b[1mbold\x00\x07")
     text = junit.render(analysis)
     JUNIT_SCHEMA.validate(text)
     assert "\x1b" not in text and "\x00" not in text and "\x07" not in text
@@ -206,13 +204,7 @@ def unescape_data(value: str) -> str:
 
 def unescape_property(value: str) -> str:
     """The runner's unescaping of a property value (ActionCommand.UnescapeProperty)."""
-    return (
-        value.replace("%0D", "\r")
-        .replace("%0A", "\n")
-        .replace("%3A", ":")
-        .replace("%2C", ",")
-        .replace("%25", "%")
-    )
+    return value.replace("%0D", "\r").replace("%0A", "\n").replace("%3A", ":").replace("%2C", ",").replace("%25", "%")
 
 
 def parse_command(line: str) -> tuple[str, dict[str, str], str] | None:
@@ -330,9 +322,7 @@ def test_github_a_real_traceback_with_a_hostile_message_stays_one_annotation(tmp
     parsed = [parse_command(line) for line in lines]
     assert all(command is not None and command[0] in ("error", "warning", "notice") for command in parsed)
     shown = [command[2] for command in parsed if command is not None]
-    assert any(message in text for text in shown), (
-        "the exception line is the evidence, intact after unescaping"
-    )
+    assert any(message in text for text in shown), "the exception line is the evidence, intact after unescaping"
 
 
 def test_formats_of_an_archived_run_locate_evidence_inside_the_archive(tmp_path: Path) -> None:

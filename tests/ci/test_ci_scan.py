@@ -26,9 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 REAL_RUNS = REPO / "fixtures" / "real" / "runs"
 REAL_PUBLIC = REPO / "fixtures" / "real" / "public"
 GENERATED_RUNS = REPO / "fixtures" / "runs"
-GPU_RUNS = [
-    REPO / "fixtures" / "gpu" / name for name in ("stall_rank1_watchdog_ws2_hostid", "oom_rank1_ws2_hostid")
-]
+GPU_RUNS = [REPO / "fixtures" / "gpu" / name for name in ("stall_rank1_watchdog_ws2_hostid", "oom_rank1_ws2_hostid")]
 
 FOLDER_RUNS = [
     *sorted(p for p in REAL_RUNS.iterdir() if p.is_dir()),
@@ -167,9 +165,7 @@ def test_scan_summary_names_the_failure_classes_and_when_they_were_seen(
     recurring = classes[0]
     first = table.filter(pl.col("verdict") == recurring.category)["mtime"].min()
     assert recurring.first_seen == first
-    assert (
-        recurring.first_seen is not None and recurring.first_seen.strftime("%Y-%m-%d %H:%M") in result.output
-    )
+    assert recurring.first_seen is not None and recurring.first_seen.strftime("%Y-%m-%d %H:%M") in result.output
 
 
 def test_failure_classes_count_nodes_and_gpus_across_runs(analysed: Callable[[Path], Analysis]) -> None:
@@ -219,9 +215,7 @@ def test_scan_names_the_gpus_of_the_failing_ranks(
         assert row["failing_nodes"] == sorted({hosts[rank] for rank in row["failing_ranks"] if hosts[rank]})
 
 
-def test_scan_writes_csv_with_list_columns_joined(
-    history: History, compare_app: typer.Typer, tmp_path: Path
-) -> None:
+def test_scan_writes_csv_with_list_columns_joined(history: History, compare_app: typer.Typer, tmp_path: Path) -> None:
     small = tmp_path / "small"
     small.mkdir()
     names = ["[/] not markup", *(source.name for source in FOLDER_RUNS[1:3])]  # run names are any file names
@@ -281,21 +275,15 @@ def die_on_marked_runs(entry: scan.RunEntry, rules_dirs: list[Path]) -> dict[str
     return scan.analyse_run(entry, rules_dirs)
 
 
-def test_a_worker_that_dies_costs_its_own_run_only(
-    tmp_path: Path, analysed: Callable[[Path], Analysis]
-) -> None:
+def test_a_worker_that_dies_costs_its_own_run_only(tmp_path: Path, analysed: Callable[[Path], Analysis]) -> None:
     for name in ("a", "die", "b", "c"):
         shutil.copytree(REAL_RUNS / "01_healthy_ws2", tmp_path / name)
     runs = scan.discover_runs(tmp_path)
     done: list[str] = []
-    table = scan.scan_runs(
-        runs, [], lambda row: done.append(row["run"]), max_workers=2, worker=die_on_marked_runs
-    )
+    table = scan.scan_runs(runs, [], lambda row: done.append(row["run"]), max_workers=2, worker=die_on_marked_runs)
     rows = {row["run"]: row for row in table.iter_rows(named=True)}
     assert sorted(done) == ["a", "b", "c", "die"]
     assert "died" in rows["die"]["error"]
     for name in ("a", "b", "c"):
         assert rows[name]["error"] is None
-        assert (
-            rows[name]["verdict"] == analysed(REAL_RUNS / "01_healthy_ws2").diagnosis["verdict"]["category"]
-        )
+        assert rows[name]["verdict"] == analysed(REAL_RUNS / "01_healthy_ws2").diagnosis["verdict"]["category"]

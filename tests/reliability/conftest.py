@@ -24,9 +24,7 @@ RANK0 = f"{NODE}/attempt_0/0"
 RANK1 = f"{NODE}/attempt_0/1"
 CLI_TIMEOUT_S = 180
 # torchrun's banner rule ("W1202 ... run.py:874] *****..."): a real line that is no event, to fill big inputs.
-QUIET_LINE = next(
-    line for line in (RUN / "console.log").read_bytes().splitlines(keepends=True) if b"*****" in line
-)
+QUIET_LINE = next(line for line in (RUN / "console.log").read_bytes().splitlines(keepends=True) if b"*****" in line)
 
 
 @dataclass
@@ -46,14 +44,19 @@ class Result:
         return notes
 
 
-def cli(*args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None,
-        timeout: float = CLI_TIMEOUT_S) -> Result:
+def cli(
+    *args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = CLI_TIMEOUT_S
+) -> Result:
     """`python -m logscope ...` in a subprocess; never a traceback, whatever it was given."""
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     proc = subprocess.run(
         [sys.executable, "-m", "logscope", *map(str, args)],
-        capture_output=True, text=True, env=full_env, cwd=cwd or REPO, timeout=timeout,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd or REPO,
+        timeout=timeout,
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     return Result(proc.returncode, proc.stdout, proc.stderr)

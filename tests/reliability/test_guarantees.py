@@ -31,7 +31,7 @@ def damaged_tree(run: Path) -> Path:
     (run / RANK1 / "stdout.log").write_bytes(os.urandom(4096))
     err = run / RANK0 / "stderr.log"
     err.write_bytes(err.read_bytes().replace(b"\n", b"\r\n") + b"\xff\xfe" + bytes(64))
-    (run / RANK0 / "error.json").write_text("{\"message\": ")
+    (run / RANK0 / "error.json").write_text('{"message": ')
     os.mkfifo(run / NODE / "attempt_0" / "fifo.log")
     (run / NODE / "attempt_0" / "loop").symlink_to("..", target_is_directory=True)
     (run / "gone.log").symlink_to(run / "no-such-file.log")
@@ -101,15 +101,20 @@ def test_ctrl_c_exits_130_and_leaves_no_report(run_copy: Copy, tmp_path: Path) -
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "logscope", "analyze", str(run), "-o", str(out / "report.json"), "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
     )
     deadline = time.monotonic() + 60
     reading = False
     while not reading and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
         try:
-            reading = any(os.readlink(f"/proc/{proc.pid}/fd/{fd}") == str(big)
-                          for fd in os.listdir(f"/proc/{proc.pid}/fd"))
+            reading = any(
+                os.readlink(f"/proc/{proc.pid}/fd/{fd}") == str(big) for fd in os.listdir(f"/proc/{proc.pid}/fd")
+            )
         except OSError:
             continue
     assert reading, "the analysis never opened the big log"
@@ -136,10 +141,13 @@ UNSAFE = {
 def test_no_unsafe_calls_in_the_package() -> None:
     sources = sorted((REPO / "logscope").rglob("*.py"))
     assert len(sources) > 20
-    found = [f"{p.relative_to(REPO)}:{n}: {what}"
-             for p in sources
-             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-             for what, pattern in UNSAFE.items() if pattern.search(line.split("#", 1)[0])]
+    found = [
+        f"{p.relative_to(REPO)}:{n}: {what}"
+        for p in sources
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        for what, pattern in UNSAFE.items()
+        if pattern.search(line.split("#", 1)[0])
+    ]
     assert found == []
     # The check itself catches what it is for.
     assert UNSAFE["yaml.load("].search("data = yaml.load(text)") and UNSAFE["eval("].search("x = eval(s)")

@@ -74,8 +74,10 @@ def test_folder_with_no_logs(tmp_path: Path) -> None:
 
 def test_unreadable_file_permissions(run_copy: Copy) -> None:
     if os.geteuid() == 0:
-        pytest.skip("running as root: chmod 000 does not stop root from reading (the FIFO and dangling-link "
-                    "tests cover files that cannot be read)")
+        pytest.skip(
+            "running as root: chmod 000 does not stop root from reading (the FIFO and dangling-link "
+            "tests cover files that cannot be read)"
+        )
     run = run_copy()
     target = run / RANK1 / "stdout.log"
     target.chmod(0)
@@ -425,8 +427,10 @@ def user_rule(folder: Path, text: str, rule_id: str = "USR001") -> Path:
     [
         (lambda t: t.replace("match:\n  kinds:", "match:\n  kinds: [\n  kinds:"), "invalid YAML"),
         (lambda t: t.replace("severity: error", "severity: error\nseverty: error"), "unknown key 'severty'"),
-        (lambda t: t.replace("match:\n", "match:\n  where: [{field: text, regex: '(unclosed'}]\n"),
-         "regex does not compile"),
+        (
+            lambda t: t.replace("match:\n", "match:\n  where: [{field: text, regex: '(unclosed'}]\n"),
+            "regex does not compile",
+        ),
     ],
     ids=["invalid-yaml", "unknown-key", "bad-regex"],
 )
@@ -457,8 +461,12 @@ def test_pathological_user_regex_finishes_fast(tmp_path: Path, run_copy: Copy) -
     log.write_bytes(evil * 500 + b"".join(lines))
     rules = tmp_path / "rules"
     for rule_id, pattern in (("USR001", "(a+)+$"), ("USR002", "(a|aa)+$")):
-        rule = [f"  kinds: [gloo_timeout]\n  where: [{{field: text, regex: '{pattern}'}}]"
-                if line.startswith("  kinds:") else line for line in RULE.splitlines()]
+        rule = [
+            f"  kinds: [gloo_timeout]\n  where: [{{field: text, regex: '{pattern}'}}]"
+            if line.startswith("  kinds:")
+            else line
+            for line in RULE.splitlines()
+        ]
         user_rule(rules, "\n".join(rule) + "\n", rule_id)
         assert pattern in (rules / f"{rule_id}_user.yaml").read_text()
     started = time.monotonic()

@@ -21,8 +21,12 @@ from tests.reliability.conftest import REPO
 
 EXAMPLES = 500
 LINES_PER_EXAMPLE = 1000
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def _real_lines() -> list[str]:
@@ -156,6 +160,9 @@ def test_extraction_never_raises_and_keeps_intact_events(seed: int, built: list[
             intact[len(lines)] = real
             lines.append(keep_intact(rng, REAL[real]))
     found = kinds_per_line(lines)
-    lost = {repr(lines[pos]): sorted(REAL_KINDS[real] - found[pos])
-            for pos, real in intact.items() if not REAL_KINDS[real] <= found[pos]}
+    lost = {
+        repr(lines[pos]): sorted(REAL_KINDS[real] - found[pos])
+        for pos, real in intact.items()
+        if not REAL_KINDS[real] <= found[pos]
+    }
     assert lost == {}

@@ -284,15 +284,11 @@ def test_interconnect_from_a_real_nvlink_topology_leaves_nic_columns_out() -> No
 
 def test_machine_name_says_cpu_only_without_gpus() -> None:
     assert machine_name({"hostname": "vm", "gpu": None}) == "vm, CPU only"
-    named = machine_name(
-        {"hostname": "dgx1", "gpu": "NVIDIA A100", "gpu_count": 8, "interconnect": "NVLink (NV12)"}
-    )
+    named = machine_name({"hostname": "dgx1", "gpu": "NVIDIA A100", "gpu_count": 8, "interconnect": "NVLink (NV12)"})
     assert named == "dgx1, 8× NVIDIA A100, NVLink (NV12)"
 
 
-@pytest.mark.parametrize(
-    ("dtype", "world"), [("bfloat16", 4), ("bfloat16", 300), ("int8", 200), ("float16", 64)]
-)
+@pytest.mark.parametrize(("dtype", "world"), [("bfloat16", 4), ("bfloat16", 300), ("int8", 200), ("float16", 64)])
 def testfill_values_keep_every_partial_sum_exact(dtype: str, world: int) -> None:
     summand, tag = fill_values(dtype, world)
     limit = {"bfloat16": 256, "int8": 127, "float16": 2048}[dtype]
@@ -320,6 +316,4 @@ def test_without_torch_the_replay_refuses_in_one_line(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "logscope: torch is not installed: pip install 'logscope[replay]'"
-    ]
+    assert proc.stderr.strip().splitlines() == ["logscope: torch is not installed: pip install 'logscope[replay]'"]

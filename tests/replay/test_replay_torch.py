@@ -146,14 +146,12 @@ def test_as_logged_wrong_collective_reproduces_the_hang(replay_app: typer.Typer,
         if rank["status"] == "hang":
             assert rank["error"].startswith(f"no progress for 4 s in {rank['op']} iteration 0 (warm-up)"), rank
         else:
-            assert rank["status"] == "error" and rank["op"] in rank["error"] or rank["error"], rank
+            assert rank["status"] == "error" and rank["error"], rank
     assert any(r["status"] == "hang" and "no progress for 4 s" in r["error"] for r in case["ranks"])
     assert time.monotonic() - start < 60
 
 
-def test_sweep_protocol_end_to_end(
-    replay_app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_sweep_protocol_end_to_end(replay_app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # gloo ignores NCCL_*: the worker's test hook makes the baseline fail unless NCCL_SHM_DISABLE=1 is set.
     monkeypatch.setenv(FAULT_UNLESS_ENV, "NCCL_SHM_DISABLE=1")
     monkeypatch.delenv("NCCL_SHM_DISABLE", raising=False)
@@ -275,8 +273,7 @@ def test_no_collective_is_a_tool_error(replay_app: typer.Typer, tmp_path: Path) 
     code, _, stderr = invoke(replay_app, [str(write_json(tmp_path / "d.json", doc)), "--backend", "gloo"])
     assert code == 2
     assert stderr.strip().splitlines() == [
-        "logscope: the diagnosis has no collective to replay (verdict: healthy); "
-        "pass --op to probe one anyway"
+        "logscope: the diagnosis has no collective to replay (verdict: healthy); pass --op to probe one anyway"
     ]
 
 
@@ -294,9 +291,7 @@ def test_no_collective_is_a_tool_error(replay_app: typer.Typer, tmp_path: Path) 
 def test_bad_flag_combinations_are_one_line_and_exit_2(
     replay_app: typer.Typer, tmp_path: Path, flags: list[str]
 ) -> None:
-    code, _, stderr = invoke(
-        replay_app, [str(size_mismatch(tmp_path)), "--backend", "gloo", "--dry-run", *flags]
-    )
+    code, _, stderr = invoke(replay_app, [str(size_mismatch(tmp_path)), "--backend", "gloo", "--dry-run", *flags])
     assert code == 2
     assert len(stderr.strip().splitlines()) == 1 and stderr.startswith("logscope: ")
 
@@ -332,9 +327,7 @@ def test_a_logged_size_mismatch_replayed_as_logged_reproduces_the_abort(replay_a
     assert "8088 vs 8076" in case["ranks"][0]["error"]
 
 
-def test_multi_node_dry_runs_pass_the_rendezvous_on_and_leave_loopback(
-    replay_app: typer.Typer, tmp_path: Path
-) -> None:
+def test_multi_node_dry_runs_pass_the_rendezvous_on_and_leave_loopback(replay_app: typer.Typer, tmp_path: Path) -> None:
     path = str(write_json(tmp_path / "d.json", diagnosis(collective("ALLREDUCE", 64), world_size=4)))
     code, stdout, _ = invoke(
         replay_app,

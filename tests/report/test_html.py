@@ -23,17 +23,13 @@ RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "real" / "runs"
 STALL = RUNS / "03_skip_allreduce_rank1_stall_gloo_timeout"
 HEALTHY = RUNS / "01_healthy_ws2"
 MISMATCH = RUNS / "21_debug_detail_collective_mismatch"
-HOSTILE_PAYLOAD = (
-    '<script>window.__pwned=1</script>"><img src=x onerror="window.__pwned=2"> javascript:alert(1)'
-)
+HOSTILE_PAYLOAD = '<script>window.__pwned=1</script>"><img src=x onerror="window.__pwned=2"> javascript:alert(1)'
 
 
 class Page(HTMLParser):
     """Just enough of a DOM for assertions: every start tag in order, and the text inside each element."""
 
-    VOID = frozenset(
-        {"meta", "link", "img", "br", "hr", "input", "source", "wbr", "area", "base", "col", "embed"}
-    )
+    VOID = frozenset({"meta", "link", "img", "br", "hr", "input", "source", "wbr", "area", "base", "col", "embed"})
 
     def __init__(self, markup: str) -> None:
         super().__init__(convert_charrefs=True)
@@ -144,21 +140,15 @@ def test_hostile_log_line_is_shown_as_text_never_as_markup(tmp_path: Path) -> No
 
 def test_page_is_self_contained_and_only_its_own_script_may_run(stall_page: Page) -> None:
     assert not [t for t, _ in stall_page.tags if t == "link"]
-    external = [
-        (t, a) for t, a in stall_page.tags for k in ("src", "href") if k in a and not a[k].startswith("#")
-    ]
+    external = [(t, a) for t, a in stall_page.tags for k in ("src", "href") if k in a and not a[k].startswith("#")]
     assert external == []
     (policy,) = [
-        a["content"]
-        for t, a in stall_page.tags
-        if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"
+        a["content"] for t, a in stall_page.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"
     ]
     assert "default-src 'none'" in policy
     (body,) = stall_page.script_bodies
     digest = base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
-    assert f"script-src 'sha256-{digest}'" in policy, (
-        "the CSP hash must match the inline script or it never runs"
-    )
+    assert f"script-src 'sha256-{digest}'" in policy, "the CSP hash must match the inline script or it never runs"
 
 
 def test_evidence_links_lead_to_an_existing_rank_view(stall: Analysis, stall_page: Page) -> None:
@@ -255,9 +245,7 @@ def test_identical_ranks_share_one_lane_at_1024_ranks(stall: Analysis) -> None:
     big = _scaled(stall, world_size=1024, repeat_train=0)
     page = Page(html.render(big))
     rank_lanes = [
-        a["data-ranks"]
-        for t, a in page.tags
-        if t == "g" and "lane" in a.get("class", "").split() and a["data-ranks"]
+        a["data-ranks"] for t, a in page.tags if t == "g" and "lane" in a.get("class", "").split() and a["data-ranks"]
     ]
     # the fixture's two ranks behave differently; every copy of rank 0 is identical to it
     assert sorted(rank_lanes) == sorted([",".join(str(r) for r in range(1024) if r != 1), "1"])
@@ -271,8 +259,7 @@ def test_one_rank_that_stops_earlier_gets_its_own_lane(stall: Analysis) -> None:
     big.events = big.events.filter(~((pl.col("rank") == 700) & (pl.col("iteration") == last_iteration)))
     page = Page(html.render(big))
     labels = [
-        " ".join(e[2].split())
-        for e in page.find(lambda t, a: t == "text" and "lane-label" in a.get("class", ""))
+        " ".join(e[2].split()) for e in page.find(lambda t, a: t == "text" and "lane-label" in a.get("class", ""))
     ]
     assert "rank 700" in labels
     assert any("ranks 0, 2–699, 701–1023 identical" in label for label in labels)
@@ -324,9 +311,7 @@ def _scaled(base: Analysis, world_size: int, repeat_train: int) -> Analysis:
     rank0 = events.filter(pl.col("rank") == 0)
     train = rank0.filter(pl.col("phase") == "train")
     step: int = events.select(pl.col("line").max()).item() + 1
-    rank0 = pl.concat(
-        [rank0, *(train.with_columns(line=pl.col("line") + step * (i + 1)) for i in range(repeat_train))]
-    )
+    rank0 = pl.concat([rank0, *(train.with_columns(line=pl.col("line") + step * (i + 1)) for i in range(repeat_train))])
     parts = [events.filter(pl.col("rank").ne_missing(0))]
     parts += [rank0.with_columns(rank=pl.lit(r, dtype=pl.Int64)) for r in range(world_size) if r != 1]
     scaled_events = pl.concat(parts)
@@ -339,9 +324,7 @@ def _scaled(base: Analysis, world_size: int, repeat_train: int) -> Analysis:
         if rank != 1
     ]
     diagnosis = {**base.diagnosis, "ranks": sorted(scaled_rows, key=lambda r: r["rank"])}
-    return Analysis(
-        diagnosis=diagnosis, events=scaled_events, ranks=pl.DataFrame(diagnosis["ranks"]), notes=[]
-    )
+    return Analysis(diagnosis=diagnosis, events=scaled_events, ranks=pl.DataFrame(diagnosis["ranks"]), notes=[])
 
 
 def _rows_per_rank_view(markup: str) -> dict[str, int]:

@@ -165,10 +165,7 @@ def test_copy_button_puts_the_next_step_command_on_the_clipboard(browser: Browse
     report.write_text(html.render(analysis), encoding="utf-8")
     page = browser.open(report)
     page.locator("button[data-copy='next-command']").click()
-    assert (
-        page.evaluate("navigator.clipboard.readText()")
-        == analysis.diagnosis["verdict"]["next_step"]["command"]
-    )
+    assert page.evaluate("navigator.clipboard.readText()") == analysis.diagnosis["verdict"]["next_step"]["command"]
     browser.close(page)
 
 
@@ -188,9 +185,7 @@ def test_collective_mismatch_report_highlights_the_disagreeing_op(browser: Brows
     odd = page.locator("#collectives td.odd")
     assert odd.count() > 0
     colour = odd.first.evaluate("td => getComputedStyle(td).backgroundColor")
-    plain = page.locator("#collectives td:not(.odd)").first.evaluate(
-        "td => getComputedStyle(td).backgroundColor"
-    )
+    plain = page.locator("#collectives td:not(.odd)").first.evaluate("td => getComputedStyle(td).backgroundColor")
     assert colour != plain
     assert page.locator("#timeline svg.lanes g.lane").count() >= 2
     _screenshot(page, tmp_path, "report-mismatch.png")
@@ -215,9 +210,7 @@ def test_a_1024_rank_job_stays_readable(browser: Browser, tmp_path: Path) -> Non
 
     lanes = page.locator("#timeline svg.lanes g.lane")
     assert lanes.count() <= 4, "identical ranks share a lane"
-    assert page.locator(
-        "#timeline svg.lanes text.lane-label", has_text="ranks 0, 2–1023 identical"
-    ).is_visible()
+    assert page.locator("#timeline svg.lanes text.lane-label", has_text="ranks 0, 2–1023 identical").is_visible()
     height = page.locator("#timeline svg.lanes").bounding_box()["height"]
     assert height < 300, "the timeline of 1024 ranks fits on one screen"
     assert page.locator("#ranks tbody tr").count() == 1024
