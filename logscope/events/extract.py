@@ -171,8 +171,14 @@ class Extractor:
             )
             .with_columns(pl.col("t").str.split("\n"), pl.Series("start", starts, dtype=pl.Int64))
             .explode("t")
+            .with_row_index("line_row")
+            .with_columns((pl.col("line_row").cast(pl.Int64) - pl.col("start")).alias("off"))
+            # A carriage return overwrites the line on a terminal (tqdm, CRLF): each segment is a logical line
+            # of its own, with the physical line's number.
+            .with_columns(pl.col("t").str.strip_chars_end("\r").str.split("\r"))
+            .explode("t")
+            .drop("line_row", "start")
             .with_row_index("row")
-            .with_columns((pl.col("row").cast(pl.Int64) - pl.col("start")).alias("off"))
         )
         # Terminals and pastes hard-wrap; files that torchrun writes for a rank do not.
         pasted = [i for i, b in enumerate(batch) if b.source.role == "console"]
@@ -189,13 +195,7 @@ class Extractor:
         for row, b, text, off, sigs in candidates.select("row", "b", "t", "off", "sigs").iter_rows():
             block = batch[b]
             line = block.first_line + off
-            if "\r" in text:
-                for segment in text.rstrip("\r").split("\r"):
-                    seg_sigs = [i for i in sigs if self.signatures[i].prefilter_re.search(segment)]
-                    if seg_sigs:
-                        self._match(block, line, segment, seg_sigs, texts, blocks, row)
-            else:
-                self._match(block, line, text, sigs, texts, blocks, row)
+            self._match(block, line, text, sigs, texts, blocks, row)
 
     def _live_union(self, batch: list[Block]) -> str:
         """The union prefilter without the signatures whose limit every source of the batch has reached.
