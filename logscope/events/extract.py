@@ -125,8 +125,17 @@ class Extractor:
             for i, sig in enumerate(self.signatures)
         ]
         # Limited (chatty) signatures: their quota is spent on whole columns, before any per-line Python work.
-        self._limits = {i: sig.limit for i, sig in enumerate(self.signatures) if sig.limit is not None}
-        self._unlimited_union = "|".join(f"(?:{s.prefilter})" for s in self.signatures if s.limit is None)
+        # Limited and capped signatures both have a per-source quota; past a cap, the batch's last line is kept too
+        # (a capped kind keeps its latest event: the last iteration, the last SeqNum).
+        self._limits = {
+            i: sig.limit if sig.limit is not None else sig.cap
+            for i, sig in enumerate(self.signatures)
+            if sig.limit is not None or sig.cap is not None
+        }
+        self._capped = [i for i, sig in enumerate(self.signatures) if sig.cap is not None]
+        self._unlimited_union = "|".join(
+            f"(?:{s.prefilter})" for s in self.signatures if s.limit is None and s.cap is None
+        )
         self._first_limited = pl.coalesce([self._hit_exprs[i] for i in self._limits])
         self._seen: Counter[tuple[int, int]] = Counter()  # (sid, limited signature) -> lines charged so far
 
@@ -226,7 +235,10 @@ class Extractor:
         free = pl.col("t").str.contains(self._unlimited_union)
         marked = candidates.with_columns(
             pl.when(free).then(None).otherwise(self._first_limited).alias("lim")
-        ).with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("sid", "lim").alias("nth"))
+        ).with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64).over("sid", "lim").alias("nth"),
+            pl.len().over("sid", "lim").alias("charged"),
+        )
         quota = []
         charged = marked.filter(pl.col("lim").is_not_null()).group_by("sid", "lim").len()
         for sid, lim, count in charged.iter_rows():
@@ -237,8 +249,12 @@ class Extractor:
         left = pl.DataFrame(quota, schema={"sid": pl.Int64, "lim": pl.Int32, "left": pl.Int64}, orient="row")
         return (
             marked.join(left, on=["sid", "lim"], how="left")
-            .filter(pl.col("lim").is_null() | (pl.col("nth") < pl.col("left")))
-            .drop("lim", "nth", "left")
+            .filter(
+                pl.col("lim").is_null()
+                | (pl.col("nth") < pl.col("left"))
+                | (pl.col("lim").is_in(self._capped) & (pl.col("nth") == pl.col("charged") - 1))
+            )
+            .drop("lim", "nth", "left", "charged")
             .sort("row")
         )
 
