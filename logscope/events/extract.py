@@ -50,6 +50,8 @@ def _fields(sig: Signature, m: regex.Match[str], text: str) -> dict[str, Any]:
         base = key.rstrip("0123456789")
         value = found.pop(key)
         found.setdefault(base, value)
+    if sig.kind == "nccl_env_set" and "var" in found:
+        found[str(found["var"])] = found.get("value")  # so rules compare NCCL_* settings by name
     if sig.kind == "config_values":
         for key, value in _KV.findall(text):
             found.setdefault(key, value.rstrip(".:"))
@@ -127,11 +129,11 @@ class Extractor:
         # Limited (chatty) signatures: their quota is spent on whole columns, before any per-line Python work.
         # Limited and capped signatures both have a per-source quota; past a cap, the batch's last line is kept too
         # (a capped kind keeps its latest event: the last iteration, the last SeqNum).
-        self._limits = {
-            i: sig.limit if sig.limit is not None else sig.cap
-            for i, sig in enumerate(self.signatures)
-            if sig.limit is not None or sig.cap is not None
-        }
+        self._limits: dict[int, int] = {}
+        for i, sig in enumerate(self.signatures):
+            quota = sig.limit if sig.limit is not None else sig.cap
+            if quota is not None:
+                self._limits[i] = quota
         self._capped = [i for i, sig in enumerate(self.signatures) if sig.cap is not None]
         self._unlimited_union = "|".join(
             f"(?:{s.prefilter})" for s in self.signatures if s.limit is None and s.cap is None

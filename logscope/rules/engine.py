@@ -15,6 +15,8 @@ from typing import Any
 from logscope.align.model import Aligned
 from logscope.rules.loader import Rule
 
+# Variables that identify a host or a rank and so differ by design.
+PER_HOST_VARS = {"NCCL_HOSTID", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_COMM_ID"}
 PHASE_ORDER = {"launch": 0, "init": 1, "sync": 2, "train": 3, "end": 4, "fail": 5}
 MAX_EVIDENCE = 12
 SEVERITY_RANK = {"info": 0, "note": 1, "warning": 2, "error": 3, "critical": 4}
@@ -188,7 +190,14 @@ def cond_field_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -
     offset_ok = set(rule.condition.get("allow_rank_offset", []))
     differing: dict[str, dict[int, str]] = {}
     culprits: set[int] = set()
+    names: list[str] = []
     for name in rule.condition["fields"]:
+        if name.endswith("*"):  # every field with that prefix, e.g. NCCL_* from the env echo lines
+            found = sorted({k for e in events for k in e["_f"] if k.startswith(name[:-1])} - PER_HOST_VARS)
+            names.extend(found)
+        else:
+            names.append(name)
+    for name in names:
         values = _per_rank_values(ctx, events, name)
         if len(values) < 2 or len(set(values.values())) < 2:
             continue
