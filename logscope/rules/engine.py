@@ -445,6 +445,19 @@ def _call_op(ctx: Context, rank: int | None) -> str | None:
     return API_OPTYPE[calls[-1]["_f"]["api"]] if calls else None
 
 
+def _numel(shape: Any) -> int | None:
+    """Element count of a printed TensorShape ("64, 48" -> 3072; "" is a scalar)."""
+    if shape is None:
+        return None
+    dims = [d for d in str(shape).replace(" ", "").split(",") if d]
+    if not all(d.isdigit() for d in dims):
+        return None
+    count = 1
+    for d in dims:
+        count *= int(d)
+    return count
+
+
 def _describe_collective(c: dict[str, Any] | None) -> str:
     if not c:
         return "a collective"
@@ -494,6 +507,24 @@ def _collective(ctx: Context, hit: Hit) -> dict[str, Any] | None:
                     "numel_in": e["numel_in"],
                     "numel_out": e["numel_out"],
                 }
+            )
+    # DETAIL fingerprints name each rank's tensor shape: the per-rank sizes a replay --as-logged needs.
+    shapes: dict[int, tuple[Any, Any]] = {}
+    for e in rows:
+        f = e["_f"]
+        if e["kind"] == "collective_mismatch_detail":
+            shapes.setdefault(int(f["rank_a"]), (f.get("op"), f.get("shape")))
+            if f.get("rank_b") is not None:
+                shapes.setdefault(int(f["rank_b"]), (f.get("op_b"), f.get("shape_b")))
+        elif e["kind"] == "collective_fingerprint" and e["rank"] is not None:
+            shapes.setdefault(e["rank"], (e["op"], f.get("shape")))
+    for entry in per_rank:
+        if entry["numel_in"] is None and entry["rank"] in shapes:
+            entry["numel_in"] = entry["numel_out"] = _numel(shapes[entry["rank"]][1])
+    for rank, (op, shape) in sorted(shapes.items()):
+        if rank not in {p["rank"] for p in per_rank}:
+            per_rank.append(
+                {"rank": rank, "op": op, "seq": first["seq"], "numel_in": _numel(shape), "numel_out": _numel(shape)}
             )
     dtype = ctx.field(first, "dtype")
     return {

@@ -312,11 +312,29 @@ def test_a_log_folder_is_analysed_then_replayed_at_the_jobs_world_size(replay_ap
     assert run["world_size"] == 2 and run["outcome"] == "ok"
 
 
+DETAIL_SIZE_MISMATCH_RUN = REPO / "fixtures" / "runs" / "debug_detail_size_mismatch"
+
+
+def test_a_detail_size_mismatch_replayed_as_logged_reproduces_the_real_abort(replay_app: typer.Typer) -> None:
+    """With DETAIL each rank's log names its tensor shape: the replay issues 8076 vs 8088 floats, and gloo
+    aborts exactly as in the real run 08 without DETAIL."""
+    code, stdout, stderr = invoke(
+        replay_app, [str(DETAIL_SIZE_MISMATCH_RUN), "--backend", "gloo", "--as-logged", "--timeout", "6", "--json"]
+    )
+    assert code == 1, stderr
+    (case,) = json.loads(stdout)["runs"][0]["cases"]
+    by_rank = {r["rank"]: r for r in case["ranks"]}
+    assert (by_rank[0]["numel"], by_rank[1]["numel"]) == (8076, 8088)
+    assert "8088 vs 8076" in by_rank[0]["error"]
+    real = next(SIZE_MISMATCH_RUN.glob("logs/*/attempt_0/0/stderr.log")).read_text(encoding="utf-8")
+    assert "op.preamble.length <= op.nbytes. 8088 vs 8076" in real
+
+
 @pytest.mark.xfail(
     strict=True,
-    reason="the analysis leaves the finding's collective null for this run (op and per-rank sizes are in the "
-    "logs: rank 0's all_reduce traceback, rank 1's 'all_reduce on tensor of 8088 elements'); remove this "
-    "marker once the rules fill collective.per_rank",
+    reason="without DETAIL the logs name no per-rank element counts a generic parser can read (gloo's "
+    "'8088 vs 8076' are byte counts of a ring chunk; the sizes are only in this job's own print), so the "
+    "finding's collective.per_rank has no numel; the DETAIL variant of the same run is tested above",
 )
 def test_a_logged_size_mismatch_replayed_as_logged_reproduces_the_abort(replay_app: typer.Typer) -> None:
     code, stdout, stderr = invoke(
