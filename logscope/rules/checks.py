@@ -546,3 +546,19 @@ def launcher_failed(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
     )
     hit.confidence_factor = 1.0 if rdzv else 0.8
     return hit
+
+
+@check("seeds_not_offset")
+def seeds_not_offset(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """Every rank seeds its framework/environment with the same value where Isaac Lab expects seed + rank."""
+    seeds: dict[int, str] = {}
+    for e in events:
+        if e["rank"] is not None and e["_f"].get("seed") is not None:
+            seeds[e["rank"]] = str(e["_f"]["seed"])
+    if len(seeds) < 2 or len(set(seeds.values())) != 1:
+        return None
+    hit = Hit(
+        events[:4], set(seeds), culprits=[], values={"seed": next(iter(seeds.values())), "seed_ranks": sorted(seeds)}
+    )
+    hit.severity = "warning"
+    return hit
