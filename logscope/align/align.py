@@ -50,6 +50,13 @@ def _int_list(value: Any) -> list[int]:
     return [int(x) for x in text.replace(" ", "").split(",") if x.strip().lstrip("-").isdigit()]
 
 
+def _blank_rank(rank: int) -> dict[str, Any]:
+    """A rank's facts before any of its events is read (hidden ranks keep these)."""
+    entry: dict[str, Any] = {key: None for key in RANK_SCHEMA}
+    entry.update(rank=rank, sources=set(), events=0, ended=False, failed=False, max_phase=-1)
+    return entry
+
+
 class _Builder:
     def __init__(self, extraction: Extraction, sources: list[Source], stats: list[SourceStats]) -> None:
         self.sources = sources
@@ -402,29 +409,7 @@ class _Builder:
 
         def info(rank: int) -> dict[str, Any]:
             if rank not in per:
-                per[rank] = {
-                    "rank": rank,
-                    "node": None,
-                    "host": None,
-                    "local_rank": None,
-                    "attempt": None,
-                    "exit_code": None,
-                    "signal": None,
-                    "phase": None,
-                    "last_iteration": None,
-                    "last_seq_enqueued": None,
-                    "last_seq_completed": None,
-                    "last_kind": None,
-                    "last_text": None,
-                    "device": None,
-                    "bus_id": None,
-                    "world_size": None,
-                    "sources": set(),
-                    "events": 0,
-                    "ended": False,
-                    "failed": False,
-                    "max_phase": -1,
-                }
+                per[rank] = _blank_rank(rank)
             return per[rank]
 
         for (node, local), rank in self.file_rank.items():
@@ -509,26 +494,7 @@ class _Builder:
     def hidden_and_silent(self, per: dict[int, dict[str, Any]], world_size: int | None) -> None:
         for rank in range(world_size or 0):
             if rank not in per and world_size is not None and world_size <= 65536:
-                per[rank] = {
-                    "rank": rank,
-                    "node": None,
-                    "host": None,
-                    "local_rank": None,
-                    "attempt": None,
-                    "exit_code": None,
-                    "signal": None,
-                    "phase": None,
-                    "last_iteration": None,
-                    "last_seq_enqueued": None,
-                    "last_seq_completed": None,
-                    "last_kind": None,
-                    "last_text": None,
-                    "device": None,
-                    "bus_id": None,
-                    "world_size": None,
-                    "sources": set(),
-                    "events": 0,
-                }
+                per[rank] = _blank_rank(rank)
         own_files = {s.path for s in self.sources if s.role in ("stdout", "stderr")}
         for entry in per.values():
             has_file = any(s in own_files for s in entry["sources"])
