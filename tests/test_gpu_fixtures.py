@@ -15,21 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
+from logscope.model import CATEGORIES  # the verdict vocabulary, one definition
+
 GPU = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
 SCENARIOS = sorted(p for p in GPU.iterdir() if (p / "scenario.yaml").is_file())
-CATEGORIES = {
-    "collective_timeout",
-    "collective_mismatch",
-    "config_disagreement",
-    "missing_sync",
-    "comm_error",
-    "rendezvous_failure",
-    "crash",
-    "oom",
-    "stall",
-    "single_rank",
-    "healthy",
-}
 
 NCCL_VERSION = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL INFO NCCL version (\d+\.\d+\.\d+)\+cuda[\d.]+$", re.M)
 INIT_COMPLETE = re.compile(

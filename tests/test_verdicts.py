@@ -103,3 +103,11 @@ def test_world_size_and_ranks_of_real_runs() -> None:
             continue  # rendezvous failed: no worker ever started
         assert d["job"]["world_size"] == scenario["world_size"], case.name
         assert sorted(r["rank"] for r in d["ranks"]) == list(range(scenario["world_size"])), case.name
+
+
+def test_schema_vocabulary_is_the_models() -> None:
+    from logscope.model import CATEGORIES
+    from logscope.rules.loader import rule_schema
+
+    assert SCHEMA["$defs"]["category"]["enum"] == list(CATEGORIES)
+    assert rule_schema()["properties"]["category"]["enum"] == [c for c in CATEGORIES if c != "healthy"]

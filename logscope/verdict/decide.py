@@ -40,20 +40,19 @@ def decide(
         v2 = next(c for c in checklist if c["id"] == "V2")["status"]
         v3 = next(c for c in checklist if c["id"] == "V3")["status"]
         confidence = 0.9 if (v2 == "pass" and v3 == "pass") else 0.6 if "pass" in (v2, v3) else 0.4
+        step = "W1" if not findings else findings[0]["next_step"]
         verdict = {
             "category": "healthy",
             "culprit_ranks": [],
             "confidence": round(confidence * completeness, 2),
             "summary": _healthy_summary(aligned, v2, v3),
             "rule": None,
-            "next_step": {"id": "W7" if aligned.job.get("world_size") == 2 else "W1", "title": "", "command": None},
-        }
-        step = "W1" if not findings else findings[0]["next_step"]
-        verdict["next_step"] = {
-            "id": step,
-            "title": STEPS[step],
-            "command": None,
-            "detail": "Nothing to debug in these logs; keep the per-rank logs (--tee 3 --log_dir).",
+            "next_step": {
+                "id": step,
+                "title": STEPS[step],
+                "command": None,
+                "detail": "Nothing to debug in these logs; keep the per-rank logs (--tee 3 --log_dir).",
+            },
         }
         findings[:] = [_strip(f) for f in findings]
         return verdict, checklist
