@@ -16,7 +16,7 @@ import polars as pl
 
 from logscope.align.model import RANK_SCHEMA, Aligned
 from logscope.events.extract import Extraction
-from logscope.events.table import EVENT_SCHEMA
+from logscope.events.table import events_frame
 from logscope.ingest.read import SourceStats
 from logscope.ingest.sources import Source
 
@@ -62,9 +62,7 @@ class _Builder:
         self.sources = sources
         self.stats = stats
         self.notes: list[str] = list(extraction.notes)
-        self.rows: list[dict[str, Any]] = extraction.events.to_dicts()
-        for row in self.rows:
-            row["_f"] = json.loads(row["fields"]) if row["fields"] else {}
+        self.rows: list[dict[str, Any]] = [dict(row) for row in extraction.rows]  # align fills in rank, phase...
         self.contexts = extraction.contexts
 
     # ------------------------------------------------------------------ streams and ranks
@@ -526,13 +524,8 @@ class _Builder:
             row["events"] = entry.get("events", 0)
             rank_rows.append(row)
         ranks = pl.DataFrame(rank_rows, schema=RANK_SCHEMA) if rank_rows else pl.DataFrame(schema=RANK_SCHEMA)
-        event_rows = [{k: r[k] for k in EVENT_SCHEMA} for r in self.rows]
-        events = (
-            pl.DataFrame(event_rows, schema=EVENT_SCHEMA, orient="row")
-            if event_rows
-            else pl.DataFrame(schema=EVENT_SCHEMA)
-        )
-        return Aligned(events, ranks, job, self.sources, self.stats, self.contexts, self.notes)
+        events = events_frame(self.rows)
+        return Aligned(events, self.rows, ranks, job, self.sources, self.stats, self.contexts, self.notes)
 
 
 def align(extraction: Extraction, sources: list[Source], stats: list[SourceStats]) -> Aligned:

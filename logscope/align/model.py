@@ -14,6 +14,7 @@ from logscope.ingest.sources import Source
 @dataclass
 class Aligned:
     events: pl.DataFrame  # EVENT_SCHEMA, with rank, attempt and phase resolved; sorted by rank, attempt, order
+    rows: list[dict[str, Any]]  # the same events as dicts with `_f` (events/table.py), in the same order
     ranks: pl.DataFrame  # RANK_SCHEMA: one row per global rank
     job: dict[str, Any]
     sources: list[Source]

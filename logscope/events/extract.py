@@ -16,7 +16,7 @@ import polars as pl
 import regex
 
 from logscope.events.catalogue import Catalogue, Signature
-from logscope.events.table import EVENT_SCHEMA, PROMOTED_INT, PROMOTED_STR
+from logscope.events.table import PROMOTED_INT, PROMOTED_STR, events_frame
 from logscope.ingest.normalise import normalise
 from logscope.ingest.read import Block
 from logscope.ingest.sources import Source
@@ -38,9 +38,13 @@ _EXC = regex.compile(r"^(?P<exc_type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): (?P<reaso
 
 @dataclass
 class Extraction:
-    events: pl.DataFrame
+    rows: list[dict[str, Any]]  # one event dict per recognised line (EVENT_SCHEMA keys plus `_f`), source order
     contexts: dict[tuple[int, int], list[tuple[int, str]]]  # (sid, line) -> [(line, text)] around the event
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def events(self) -> pl.DataFrame:
+        return events_frame(self.rows)
 
 
 def _fields(sig: Signature, m: regex.Match[str], text: str) -> dict[str, Any]:
@@ -159,12 +163,7 @@ class Extractor:
             self._rows.append(
                 self._row(sid, src, line_no, sig.kind, sig.level, sig.phase, line, _fields(sig, m, line.text))
             )
-        events = (
-            pl.DataFrame(self._rows, schema=EVENT_SCHEMA, orient="row")
-            if self._rows
-            else pl.DataFrame(schema=EVENT_SCHEMA)
-        )
-        return Extraction(events, self._contexts, self.notes)
+        return Extraction(self._rows, self._contexts, self.notes)
 
     # -- one batch of blocks: the vectorised scan
     def _batch(self, batch: list[Block]) -> None:
@@ -350,6 +349,7 @@ class Extractor:
             "phase": phase,
             "text": line.text[:MAX_TEXT],
             "fields": json.dumps(fields, ensure_ascii=False) if fields else "{}",
+            "_f": fields,
             "tee_lrank": line.tee_local_rank,
             "grank": line.grank,
         }

@@ -7,7 +7,6 @@ logic YAML cannot express lives in `checks.py`, registered by name and still dec
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,9 +41,7 @@ class Context:
     def __init__(self, aligned: Aligned) -> None:
         self.aligned = aligned
         self.job = aligned.job
-        self.rows: list[dict[str, Any]] = aligned.events.to_dicts()
-        for row in self.rows:
-            row["_f"] = json.loads(row["fields"]) if row["fields"] else {}
+        self.rows: list[dict[str, Any]] = aligned.rows  # read only: conditions never change an event
         self.by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for row in self.rows:
