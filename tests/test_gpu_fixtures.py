@@ -221,6 +221,53 @@ def test_oom_victim_sees_a_real_nccl_remote_error() -> None:
     assert dict(EXITCODE.findall(console(path))) == {"0": "-15", "1": "1"}
 
 
+NCCL_ENV_ECHO = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL INFO (NCCL_[A-Z_]+) set by environment to (\S+?)\.?$", re.M)
+PG_ENVIRONMENTS = re.compile(
+    r"\] ProcessGroupNCCL environments: NCCL version: ([\d.]+), TORCH_NCCL_ASYNC_ERROR_HANDLING: (\d+), "
+)
+
+
+def nccl_env_echo(path: Path, rank: int) -> dict[str, str]:
+    return dict(NCCL_ENV_ECHO.findall(rank_text(path, rank, "stdout.log")))
+
+
+def test_nccl_proto_is_echoed_by_the_one_rank_that_set_it() -> None:
+    path = scenario("nccl_proto_differs_ws2_hostid")
+    rank0, rank1 = nccl_env_echo(path, 0), nccl_env_echo(path, 1)
+    assert rank1["NCCL_PROTO"] == "LL" and "NCCL_PROTO" not in rank0
+    # Rank 0 does echo the variables it has, so its silence about NCCL_PROTO means "not set".
+    assert rank0["NCCL_SOCKET_IFNAME"] == rank1["NCCL_SOCKET_IFNAME"] == "lo"
+    assert rank0["NCCL_HOSTID"] != rank1["NCCL_HOSTID"]
+
+
+def test_differing_protocols_make_nccl_report_a_truncated_message_and_invalid_usage() -> None:
+    path = scenario("nccl_proto_differs_ws2_hostid")
+    stdout1, stderr1 = rank_text(path, 1, "stdout.log"), rank_text(path, 1, "stderr.log")
+    assert re.search(
+        r"NCCL WARN NET/Socket : peer 127\.0\.0\.1<\d+> message truncated : receiving \d+ bytes instead of 65536\. "
+        r".*mismatch in collective sizes or environment settings \(e\.g\. NCCL_PROTO, NCCL_ALGO\) between ranks$",
+        stdout1,
+        re.M,
+    )
+    assert "message truncated" not in rank_text(path, 0, "stdout.log")
+    assert re.search(r"WorkNCCL\(SeqNum=1, OpType=BROADCAST, .*NCCL error: invalid usage", stderr1)
+    assert WATCHDOG_TIMEOUT.search(rank_text(path, 0, "stderr.log")).group(3) == "2"  # type: ignore[union-attr]
+    assert ROOT_CAUSE.search(console(path)).group(1) == "1"  # type: ignore[union-attr]
+    assert "Culprit rank 1; Error type: COLLECTIVE_STATE_MISMATCH" in (path / "fr_trace.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "per_rank"),
+    [("healthy_ws2_hostid_cpp_info", {0: "1", 1: "1"}), ("torch_nccl_env_differs_ws2_hostid", {0: "1", 1: "0"})],
+)
+def test_processgroupnccl_echoes_its_settings_per_rank(name: str, per_rank: dict[int, str]) -> None:
+    path = scenario(name)
+    for rank, value in per_rank.items():
+        ((version, handling),) = PG_ENVIRONMENTS.findall(rank_text(path, rank, "stderr.log"))
+        assert (version, handling) == ("2.28.9", value)
+    assert dict(EXITCODE.findall(console(path))) == {} and "Training time" in rank_text(path, 1, "stdout.log")
+
+
 @pytest.mark.parametrize("path", SCENARIOS, ids=ids(SCENARIOS))
 def test_logscope_verdict_matches_what_was_provoked(path: Path) -> None:
     from logscope.analysis import analyze

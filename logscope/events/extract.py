@@ -33,6 +33,8 @@ _LINE_START = regex.compile(
 # The same test for polars (Rust regex; `match` anchors at the start, hence `^`).
 _LINE_START_RUST = "^" + _LINE_START.pattern
 _KV = regex.compile(r"\b([A-Za-z_][\w.]*)=([^\s,;]+)")
+# ProcessGroupNCCL's settings echo: "TORCH_NCCL_BLOCKING_WAIT: 0", "TORCH_NCCL_ENABLE_MONITORING (Whether to ...): 1".
+_TORCH_ENV = regex.compile(r"\b(TORCH_[A-Z0-9_]+)(?: \([^()]{0,200}\))?: ([^\s,]+)")
 _EXC = regex.compile(r"^(?P<exc_type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): (?P<reason>.*)", regex.S)
 
 
@@ -56,6 +58,9 @@ def _fields(sig: Signature, m: regex.Match[str], text: str) -> dict[str, Any]:
         found.setdefault(base, value)
     if sig.kind == "nccl_env_set" and "var" in found:
         found[str(found["var"])] = found.get("value")  # so rules compare NCCL_* settings by name
+    if sig.kind == "pg_nccl_env":
+        for key, value in _TORCH_ENV.findall(text):
+            found.setdefault(key, value)
     if sig.kind == "config_values":
         for key, value in _KV.findall(text):
             found.setdefault(key, value.rstrip(".:"))
@@ -271,23 +276,20 @@ class Extractor:
     ) -> None:
         line = normalise(raw)
         text = line.text
-        wrapped: Signature | None = None
+        has_next = row + 1 < len(texts) and blocks[row + 1] == blocks[row]
         for i in sigs:
             sig = self.signatures[i]
             m = sig.pattern.search(text)
-            if m is None:
-                if sig.wrapped and wrapped is None:
-                    wrapped = sig
-                continue
-            self._emit(block, line_no, sig, m, line, texts, blocks, row)
-            return
-        if wrapped is not None and row + 1 < len(texts) and blocks[row + 1] == blocks[row]:
-            # Hard-wrapped message: the rest of it is on the next physical line.
-            joined = text + normalise(str(texts[row + 1])).text
-            m = wrapped.pattern.search(joined)
+            if m is None and sig.wrapped and has_next:
+                # Hard-wrapped message: the rest of it is on the next physical line. Tried in catalogue order, so
+                # a specific signature's joined line wins over a generic one (nccl_warn) matching the first half.
+                joined = text + normalise(str(texts[row + 1])).text
+                m = sig.pattern.search(joined)
+                if m is not None:
+                    line.text = joined
             if m is not None:
-                line.text = joined
-                self._emit(block, line_no, wrapped, m, line, texts, blocks, row)
+                self._emit(block, line_no, sig, m, line, texts, blocks, row)
+                return
 
     def _emit(
         self,

@@ -15,6 +15,7 @@ from logscope.align.model import Aligned
 from logscope.rules.loader import Rule
 
 # Variables that identify a host or a rank and so differ by design.
+UNSET = "<not set>"
 PER_HOST_VARS = {"NCCL_HOSTID", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_COMM_ID"}
 PHASE_ORDER = {"launch": 0, "init": 1, "sync": 2, "train": 3, "end": 4, "fail": 5}
 MAX_EVIDENCE = 12
@@ -173,13 +174,13 @@ def _per_rank_values(ctx: Context, events: list[dict[str, Any]], name: str) -> d
     values: dict[int, str] = {}
     for e in events:
         value = ctx.field(e, name)
-        if (
-            e["rank"] is not None
-            and value is not None
-            and (e["attempt"] or 0) >= (ctx.ranks.get(e["rank"], {}).get("attempt") or 0)
-        ):
+        if e["rank"] is not None and value is not None and _latest_attempt(ctx, e):
             values[e["rank"]] = str(value)
     return values
+
+
+def _latest_attempt(ctx: Context, e: dict[str, Any]) -> bool:
+    return (e["attempt"] or 0) >= (ctx.ranks.get(e["rank"], {}).get("attempt") or 0)
 
 
 def cond_field_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
@@ -188,14 +189,27 @@ def cond_field_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -
     differing: dict[str, dict[int, str]] = {}
     culprits: set[int] = set()
     names: list[str] = []
+    # For a wildcard family, the ranks whose logs echo that family at all: a variable one of them does not
+    # echo while another does is unset there (NCCL prints "... set by environment" only for what is set).
+    echoing: dict[str, set[int]] = {}
     for name in rule.condition["fields"]:
         if name.endswith("*"):  # every field with that prefix, e.g. NCCL_* from the env echo lines
-            found = sorted({k for e in events for k in e["_f"] if k.startswith(name[:-1])} - PER_HOST_VARS)
+            prefix = name[:-1]
+            found = sorted({k for e in events for k in e["_f"] if k.startswith(prefix)} - PER_HOST_VARS)
             names.extend(found)
+            echoers = {
+                rank
+                for e in events
+                if (rank := e["rank"]) is not None
+                and _latest_attempt(ctx, e)
+                and any(k.startswith(prefix) for k in e["_f"])
+            }
+            echoing.update(dict.fromkeys(found, echoers))
         else:
             names.append(name)
     for name in names:
         values = _per_rank_values(ctx, events, name)
+        values.update({rank: UNSET for rank in echoing.get(name, set()) - set(values)})
         if len(values) < 2 or len(set(values.values())) < 2:
             continue
         if name in offset_ok and _offset_by_rank(values):
