@@ -15,7 +15,9 @@ import yaml
 from logscope.errors import RuleError
 from logscope.events.catalogue import catalogue
 
-BUILTIN_RULES = Path(__file__).resolve().parents[2] / "rules"
+# A wheel ships the top-level rules/ as logscope/rulepack/ (pyproject.toml); a source checkout reads rules/ itself.
+_PACKAGED_RULES = Path(__file__).resolve().parents[1] / "rulepack"
+BUILTIN_RULES = _PACKAGED_RULES if _PACKAGED_RULES.is_dir() else Path(__file__).resolve().parents[2] / "rules"
 WORKFLOW_STEPS = {f"W{i}" for i in range(1, 11)}
 
 

@@ -7,9 +7,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from logscope.model import Analysis
-from logscope.rules.loader import BUILTIN_RULES, Rule, load_rules
+from logscope.rules.loader import Rule, load_rules
 
-REPO = BUILTIN_RULES.parent
+REPO = Path(__file__).resolve().parents[2]  # rule cases name fixtures relative to the repository root
 
 
 @dataclass
