@@ -441,7 +441,11 @@ class _Builder:
                 entry["attempt"] = max(entry["attempt"] or 0, row["attempt"])
             in_final = row["attempt"] is None or row["attempt"] >= final_attempt.get(rank, 0)
             if row["level"] != "benign" and kind not in ("child_failure", "worker_failed"):
-                entry["last_kind"], entry["last_text"] = kind, row["text"]
+                # Rows come file by file (stdout, then stderr), not in time: "last" is the latest row of the
+                # furthest phase, so an init line at the top of stderr does not follow the "Training time" line.
+                reached = PHASE_ORDER.get(row["phase"], -1)
+                if reached >= entry.get("last_phase", -1):
+                    entry["last_kind"], entry["last_text"], entry["last_phase"] = kind, row["text"], reached
                 if in_final:
                     entry["max_phase"] = max(entry["max_phase"], PHASE_ORDER.get(row["phase"], -1))
             if kind == "iteration" and row["iteration"] is not None and in_final:
