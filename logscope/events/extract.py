@@ -35,6 +35,8 @@ _LINE_START_RUST = "^" + _LINE_START.pattern
 _KV = regex.compile(r"\b([A-Za-z_][\w.]*)=([^\s,;]+)")
 # ProcessGroupNCCL's settings echo: "TORCH_NCCL_BLOCKING_WAIT: 0", "TORCH_NCCL_ENABLE_MONITORING (Whether to ...): 1".
 _TORCH_ENV = regex.compile(r"\b(TORCH_[A-Z0-9_]+)(?: \([^()]{0,200}\))?: ([^\s,]+)")
+# One encoder for every event's fields: json.dumps with a non-default option builds a new encoder per call.
+_FIELDS_JSON = json.JSONEncoder(ensure_ascii=False)
 _EXC = regex.compile(r"^(?P<exc_type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): (?P<reason>.*)", regex.S)
 
 
@@ -148,6 +150,9 @@ class Extractor:
             f"(?:{s.prefilter})" for s in self.signatures if s.limit is None and s.cap is None
         )
         self._first_limited = pl.coalesce([self._hit_exprs[i] for i in self._limits])
+        self._all_hits = pl.concat_list(self._hit_exprs).list.drop_nulls().alias("sigs")
+        # A line that no unlimited prefilter passes can pass only limited ones: its hits need only their regexes.
+        self._limited_hits = pl.concat_list([self._hit_exprs[i] for i in sorted(self._limits)]).list.drop_nulls()
         self._seen: Counter[tuple[int, int]] = Counter()  # (sid, limited signature) -> lines charged so far
 
     def run(self, blocks: Iterable[Block]) -> Extraction:
@@ -172,10 +177,7 @@ class Extractor:
 
     # -- one batch of blocks: the vectorised scan
     def _batch(self, batch: list[Block]) -> None:
-        starts, first = [], 0
-        for b in batch:  # row number of each block's first line once the blocks are split into lines
-            starts.append(first)
-            first += b.text.count("\n") + 1
+        lines = pl.col("t").list.len()
         frame = (
             pl.DataFrame(
                 {
@@ -184,25 +186,25 @@ class Extractor:
                     "t": [b.text for b in batch],
                 }
             )
-            .with_columns(pl.col("t").str.split("\n"), pl.Series("start", starts, dtype=pl.Int64))
+            .with_columns(pl.col("t").str.split("\n"))
+            # Row number of each block's first line once the blocks are exploded into lines.
+            .with_columns((lines.cum_sum() - lines).cast(pl.Int64).alias("start"))
             .explode("t")
             .with_row_index("line_row")
             .with_columns((pl.col("line_row").cast(pl.Int64) - pl.col("start")).alias("off"))
+            .drop("line_row", "start")
+        )
+        if any("\r" in b.text for b in batch):  # a scan of the text is far cheaper than splitting every line
             # A carriage return overwrites the line on a terminal (tqdm, CRLF): each segment is a logical line
             # of its own, with the physical line's number.
-            .with_columns(pl.col("t").str.strip_chars_end("\r").str.split("\r"))
-            .explode("t")
-            .drop("line_row", "start")
-            .with_row_index("row")
-        )
+            frame = frame.with_columns(pl.col("t").str.strip_chars_end("\r").str.split("\r")).explode("t")
+        frame = frame.with_row_index("row")
         # Terminals and pastes hard-wrap; files that torchrun writes for a rank do not.
         pasted = [i for i, b in enumerate(batch) if b.source.role == "console"]
         if pasted:
             frame = _unwrap_fixed_width(frame, pasted)
         selected = frame.filter(pl.col("t").str.contains(self._live_union(batch)))
-        candidates = self._within_quota(selected).with_columns(
-            pl.concat_list(self._hit_exprs).list.drop_nulls().alias("sigs")
-        )
+        candidates = self._within_quota(selected)
         if candidates.height == 0:
             return
         texts = frame["t"]
@@ -228,39 +230,47 @@ class Extractor:
             return self.catalogue.union_prefilter
         return "|".join(f"(?:{p})" for p in live)
 
-    def _within_quota(self, candidates: pl.DataFrame) -> pl.DataFrame:
-        """Drop the lines only limited signatures select, beyond each (source, signature) quota.
+    def _within_quota(self, selected: pl.DataFrame) -> pl.DataFrame:
+        """The selected lines that reach Python, each with `sigs`: the signatures whose prefilter it passes.
 
-        A line that no unlimited prefilter selects is charged to the first limited signature whose prefilter
-        selects it, and per source only the first `limit` lines charged to a signature are kept. So a limited
-        kind still yields at most `limit` events; fewer only if many of its first lines pass the prefilter but
-        fail the pattern. Without this, 40% of an NCCL_DEBUG=INFO log reaches the per-line Python code.
+        Drops the lines only limited signatures select, beyond each (source, signature) quota: a line that no
+        unlimited prefilter selects is charged to the first limited signature whose prefilter selects it, and per
+        source only the first `limit` lines charged to a signature are kept. So a limited kind still yields at most
+        `limit` events; fewer only if many of its first lines pass the prefilter but fail the pattern. Without
+        this, 40% of an NCCL_DEBUG=INFO log reaches the per-line Python code.
         """
-        if candidates.height == 0 or not self._limits:
-            return candidates
-        free = pl.col("t").str.contains(self._unlimited_union)
-        marked = candidates.with_columns(
-            pl.when(free).then(None).otherwise(self._first_limited).alias("lim")
-        ).with_columns(
-            pl.int_range(pl.len(), dtype=pl.Int64).over("sid", "lim").alias("nth"),
-            pl.len().over("sid", "lim").alias("charged"),
+        if selected.height == 0 or not self._limits:
+            return selected.with_columns(self._all_hits)
+        marked = (
+            selected.with_columns(pl.col("t").str.contains(self._unlimited_union).alias("free"))
+            .with_columns(pl.when(pl.col("free")).then(None).otherwise(self._first_limited).alias("lim"))
+            .with_columns(
+                pl.int_range(pl.len(), dtype=pl.Int64).over("sid", "lim").alias("nth"),
+                pl.len().over("sid", "lim").alias("charged"),
+            )
         )
         quota = []
         charged = marked.filter(pl.col("lim").is_not_null()).group_by("sid", "lim").len()
         for sid, lim, count in charged.iter_rows():
             quota.append((sid, lim, self._limits[lim] - self._seen[(sid, lim)]))
             self._seen[(sid, lim)] += count
-        if not quota:
-            return candidates
-        left = pl.DataFrame(quota, schema={"sid": pl.Int64, "lim": pl.Int32, "left": pl.Int64}, orient="row")
-        return (
-            marked.join(left, on=["sid", "lim"], how="left")
-            .filter(
+        kept = marked
+        if quota:
+            left = pl.DataFrame(quota, schema={"sid": pl.Int64, "lim": pl.Int32, "left": pl.Int64}, orient="row")
+            kept = marked.join(left, on=["sid", "lim"], how="left").filter(
                 pl.col("lim").is_null()
                 | (pl.col("nth") < pl.col("left"))
                 | (pl.col("lim").is_in(self._capped) & (pl.col("nth") == pl.col("charged") - 1))
             )
-            .drop("lim", "nth", "left", "charged")
+        return (
+            pl.concat(
+                [
+                    kept.filter(pl.col("free")).with_columns(self._all_hits),
+                    kept.filter(~pl.col("free")).with_columns(self._limited_hits.alias("sigs")),
+                ],
+                how="diagonal",
+            )
+            .select(*selected.columns, "sigs")
             .sort("row")
         )
 
@@ -350,7 +360,7 @@ class Extractor:
             "level": level,
             "phase": phase,
             "text": line.text[:MAX_TEXT],
-            "fields": json.dumps(fields, ensure_ascii=False) if fields else "{}",
+            "fields": _FIELDS_JSON.encode(fields) if fields else "{}",
             "_f": fields,
             "tee_lrank": line.tee_local_rank,
             "grank": line.grank,
