@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import polars as pl
+import regex
 
 from logscope.align.model import RANK_SCHEMA, Aligned
 from logscope.events.extract import Extraction
@@ -20,9 +21,15 @@ from logscope.events.table import events_frame
 from logscope.ingest.read import SourceStats
 from logscope.ingest.sources import Source
 
+# ProcessGroupNCCL's own prefix on a line of the default process group (PG ID 0), whose rank is the global rank:
+# "[PG ID 0 PG GUID 0(default_pg) Rank 2]" (torch >= 2.4), "[PG ID 0 PG GUID 0 Rank 2]".
+_DEFAULT_PG_PREFIX = regex.compile(r"\[PG ID 0 PG GUID \w+(?:\([^()\]]{0,64}\))? Rank (\d+)\]")
+
 PHASE_ORDER = {"launch": 0, "init": 1, "sync": 2, "train": 3, "end": 4, "fail": 5}
 IDENTITY_KINDS = {"config_values", "rank_identity", "pg_initialized", "pg_nccl_options", "lightning_rank"}
 WORLD_SIZE_KINDS = IDENTITY_KINDS
+# Lines that name the rank that prints them (rsl_rl: "Synchronizing parameters for rank 11...").
+OWN_RANK_KINDS = IDENTITY_KINDS | {"sync_start"}
 # Lines the elastic agent prints about a worker; they do not make the worker's own output visible.
 AGENT_KINDS = {"child_failure", "worker_failed", "worker_sigterm_sent", "worker_force_killed"}
 # Torch's uninitialised "last completed" values (torch_logs.md §3.3) are absurd; treat them as unknown.
@@ -139,13 +146,15 @@ class _Builder:
                 rank = stream_rank.get(stream)
             if rank is None and stream[1] is not None and single_node:
                 rank = file_rank.get((nodes[0] if nodes else None, stream[1]), stream[1])
-            if rank is None and row["kind"] in IDENTITY_KINDS:
+            if rank is None and row["kind"] in OWN_RANK_KINDS:
                 rank = _int(row["_f"].get("rank"))  # the line names its own rank
             if rank is None and row["kind"] in ("nccl_watchdog_timeout", "nccl_pg_status"):
                 # Old formats carry only "[Rank N]", the rank in that PG: the global rank for the default PG.
                 pg = row["pg"]
                 if pg in (None, "0"):
                     rank = _int(row["_f"].get("pg_rank"))
+            if rank is None and (m := _DEFAULT_PG_PREFIX.search(row["text"])):
+                rank = int(m.group(1))  # e.g. a "what():  [PG ID 0 ... Rank 2] ..." abort line, no [rankN]: prefix
             row["rank"] = rank
             if row["local_rank"] is None and stream[1] is not None:
                 row["local_rank"] = stream[1]
@@ -250,8 +259,14 @@ class _Builder:
                 if section is None:
                     section = "other"
                 entry_row = row
-            elif kind == "child_failed_field" and entry is not None:
+            elif kind == "child_failed_field" and (entry is not None or "entry_rank" in row["_f"]):
                 f = row["_f"]
+                if "entry_rank" in f and (entry is None or "rank" in entry):
+                    # An excerpt cut below the "[0]:" line: "rank : N (local_rank: M)" opens the entry itself.
+                    flush()
+                    entry, entry_row = {"idx": None, "root_cause": False}, row
+                if entry is None:
+                    continue
                 if "entry_rank" in f:
                     entry["rank"] = int(f["entry_rank"])
                     entry["local_rank"] = int(f["entry_local_rank"])

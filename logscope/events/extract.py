@@ -27,7 +27,8 @@ CONTEXT = 2  # lines either side kept for warning/error events (evidence windows
 MAX_CONTEXT_PER_SOURCE = 400
 # What a new line looks like; a wrapped continuation does not (it starts mid-word or mid-number).
 _LINE_START = regex.compile(
-    r"\s*(?:[\[(]|Traceback|File \"|\d{4}-\d\d-\d\d|[DIWEC]\d{4} |[\w.-]+:\d+:\d+ |frame #|Exception raised|$)"
+    r"\s*(?:[\[(]|Traceback|File \"|\d{4}-\d\d-\d\d|[DIWEC]\d{4} |[\w.-]+:\d+:\d+ |frame #|Exception raised|"
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)[:\s]|$)"
 )
 
 # The same test for polars (Rust regex; `match` anchors at the start, hence `^`).

@@ -76,11 +76,11 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
     """
     comm = _comm_ranks(ctx)
     if _all_ranks_aborted(ctx):
-        comm |= {e["rank"] for e in ctx.by_kind.get("child_failure", [])}
+        comm |= {e["rank"] for k in ("child_failure", "worker_failed") for e in ctx.by_kind.get(k, [])}
     causes: list[dict[str, Any]] = []
     for e in events:
         kind, rank, f = e["kind"], e["rank"], e["_f"]
-        if kind == "child_failure":
+        if kind in ("child_failure", "worker_failed"):
             code = e["exitcode"]
             if code is None or code == 0 or code == -15:
                 continue
@@ -95,6 +95,8 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
             exc = str(f.get("exc_type") or "")
             if exc.endswith(NOT_A_CAUSE_EXC):
                 continue
+            if kind == "python_exception" and _message_kind(str(f.get("reason") or "")) in COMM_KINDS:
+                continue  # e.g. "RuntimeError: NCCL error in: ...": a communication error raised as an exception
             if kind == "error_file" and _message_kind(e["text"]) in COMM_KINDS:
                 continue
             if rank is not None and rank in comm and kind == "error_file":
@@ -117,6 +119,7 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
         "argparse_error": 0,
         "hydra_job_error": 4,
         "child_failure": 5,
+        "worker_failed": 6,  # the agent's one-line "failed (exitcode: N) local_rank: K": the summary says more
     }
     best: dict[Any, dict[str, Any]] = {}
     for e in causes:
@@ -146,7 +149,7 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
 
 def _describe(e: dict[str, Any]) -> str:
     f = e["_f"]
-    if e["kind"] == "child_failure":
+    if e["kind"] in ("child_failure", "worker_failed"):
         code = e["exitcode"]
         from logscope.align.align import signal_name
 

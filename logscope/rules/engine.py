@@ -352,6 +352,8 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
         return []
     if strategy == "reporters":
         return reporters
+    if strategy == "reporters_or_failed_worker":
+        return reporters or _only_failed_worker(ctx)
     if strategy == "fields":
         out: set[int] = set()
         for e in hit.events:
@@ -385,6 +387,17 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if strategy == "minority":
         return reporters if len(reporters) * 2 < max(len(ctx.visible), 1) else []
     return reporters
+
+
+def _only_failed_worker(ctx: Context) -> list[int]:
+    """The one rank torchrun reports as failed by itself (not SIGTERMed by it), when there is exactly one."""
+    failed = {
+        e["rank"]
+        for kind in ("child_failure", "worker_failed")
+        for e in ctx.by_kind.get(kind, [])
+        if e["rank"] is not None and e["exitcode"] not in (None, 0, -15)
+    }
+    return sorted(failed) if len(failed) == 1 else []
 
 
 def _laggards(ctx: Context, hit: Hit) -> list[int]:
