@@ -5,7 +5,8 @@
 
 For every case: generate it if missing (benchmarks/generate.py), read it once to warm the page cache, then
 run grep and logscope alternately `--repeat` times. Reported: the median wall time, MiB/s, the peak RSS of the
-child (`ru_maxrss` from `os.wait4`, the maximum over the runs) and the ratio logscope / grep. grep's patterns
+child (the larger of `ru_maxrss` from `os.wait4` and the sampled peak of the RSS summed over its process tree,
+the maximum over the runs) and the ratio logscope / grep. grep's patterns
 are `logscope.events.catalogue.grep_patterns()`, the prefilters of the signature catalogue, so the reference
 grows with the catalogue. After the table: the linearity check (one shape, several sizes) and the flat-memory
 check.
@@ -14,6 +15,7 @@ check.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -45,10 +47,11 @@ TARGET_LINEAR = 1.25  # largest / smallest marginal cost, and 8 GB / 1 GB peak R
 @dataclass
 class Run:
     seconds: float
-    peak_rss: int  # bytes
+    peak_rss: int  # bytes: the larger of the child's ru_maxrss and the sampled peak of its process tree's sum
     returncode: int
-    user_s: float
+    user_s: float  # of the child and the processes it waited for (logscope reads large inputs in two processes)
     sys_s: float
+    tree_rss: int = 0  # bytes: the peak of the RSS summed over the child and its descendants, sampled
 
 
 @dataclass
@@ -92,21 +95,64 @@ def run_child(
     timeout_s: float = 1800.0,
     cwd: Path | None = None,
 ) -> tuple[Run, bytes]:
-    """Run one child; wall time around spawn+exit, rusage of exactly this child from `os.wait4`."""
+    """Run one child; wall time around spawn+exit, rusage of exactly this child from `os.wait4`.
+
+    ru_maxrss is the largest single process, not the sum over a parent and the helper it runs at the same time,
+    so the RSS of the whole process tree is also sampled and summed."""
     with tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=stdout, stderr=err, env=env, cwd=cwd)
         killer = threading.Timer(timeout_s, proc.kill)
         killer.start()
+        sampler = TreeRss(proc.pid)
+        sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
         elapsed = time.perf_counter() - started
+        sampler.stop()
         killer.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; stops Popen from waiting again
         err.seek(0)
         stderr = err.read()
     if elapsed > timeout_s:
         stderr += f"\n(killed after {timeout_s:.0f} s)".encode()
-    return Run(elapsed, usage.ru_maxrss * 1024, proc.returncode, usage.ru_utime, usage.ru_stime), stderr
+    rss = max(usage.ru_maxrss * 1024, sampler.peak)
+    return Run(elapsed, rss, proc.returncode, usage.ru_utime, usage.ru_stime, sampler.peak), stderr
+
+
+class TreeRss(threading.Thread):
+    """The peak of the RSS summed over a process and its descendants, read from /proc every 50 ms (Linux)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.peak = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        while not self.done.wait(0.05):
+            total = 0
+            for pid in self.tree(self.pid):
+                with contextlib.suppress(OSError, IndexError, ValueError):  # the process is gone meanwhile
+                    total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+            self.peak = max(self.peak, total)
+
+    @staticmethod
+    def tree(pid: int) -> list[int]:
+        found, todo = [], [pid]
+        while todo:
+            current = todo.pop()
+            found.append(current)
+            try:
+                for task in Path(f"/proc/{current}/task").iterdir():
+                    todo.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                pass
+        return found
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join()
 
 
 def grep_once(target: Path, archive: bool, patterns: Path) -> tuple[Run, int]:

@@ -10,9 +10,7 @@ from pathlib import Path
 from logscope import __version__
 from logscope.align import align
 from logscope.errors import InputError
-from logscope.events.catalogue import catalogue
-from logscope.events.extract import Extractor
-from logscope.ingest.read import Block, Reader
+from logscope.events.parallel import extract
 from logscope.ingest.sources import discover
 from logscope.model import SCHEMA_ID, Analysis
 from logscope.rules.engine import evaluate
@@ -52,22 +50,15 @@ def _analyze(
 ) -> Analysis:
     rules = load_rules(list(rules_dirs))
     inventory = discover(path, follow_symlinks=follow_symlinks)
-    reader = Reader(inventory)
-
-    def blocks() -> Iterator[Block]:
-        for block in reader.blocks():
-            if progress is not None:
-                progress(len(block.text))
-            yield block
-
-    extraction = Extractor(catalogue()).run(blocks())
-    extraction.notes[:0] = reader.notes  # what ingest skipped, cut or could not read reaches the diagnosis
-    if not any(st.bytes > 0 and not st.binary for st in reader.stats):  # a truncated archive still has lines
-        detail = f" ({'; '.join(reader.notes[:3])})" if reader.notes else ""
-        if not reader.sources:
+    read = extract(inventory, path, follow_symlinks, progress)
+    extraction = read.extraction
+    extraction.notes[:0] = read.notes  # what ingest skipped, cut or could not read reaches the diagnosis
+    if not any(st.bytes > 0 and not st.binary for st in read.stats):  # a truncated archive still has lines
+        detail = f" ({'; '.join(read.notes[:3])})" if read.notes else ""
+        if not read.sources:
             raise InputError(f"nothing that looks like a log under {path}{detail}")
         raise InputError(f"no readable log lines in {path}{detail}")
-    aligned = align(extraction, reader.sources, reader.stats)
+    aligned = align(extraction, read.sources, read.stats)
     findings = evaluate(rules, aligned, str(path))
     verdict, checklist = decide(findings, aligned, str(path))
     diagnosis = {

@@ -157,6 +157,12 @@ class Extractor:
         self._seen: Counter[tuple[int, int]] = Counter()  # (sid, limited signature) -> lines charged so far
 
     def run(self, blocks: Iterable[Block]) -> Extraction:
+        self.feed(blocks)
+        extraction, latest = self.finish()
+        extraction.rows.extend(latest)
+        return extraction
+
+    def feed(self, blocks: Iterable[Block]) -> None:
         batch: list[Block] = []
         size = 0
         for block in blocks:
@@ -170,11 +176,14 @@ class Extractor:
                 batch, size = [], 0
         if batch:
             self._batch(batch)
-        for sid, src, line_no, sig, m, line in self._tails.values():
-            self._rows.append(
-                self._row(sid, src, line_no, sig.kind, sig.level, sig.phase, line, _fields(sig, m, line.text))
-            )
-        return Extraction(self._rows, self._contexts, self.notes)
+
+    def finish(self) -> tuple[Extraction, list[dict[str, Any]]]:
+        """What was fed, and apart from it the latest event of each capped kind past its cap (those come last)."""
+        latest = [
+            self._row(sid, src, line_no, sig.kind, sig.level, sig.phase, line, _fields(sig, m, line.text))
+            for sid, src, line_no, sig, m, line in self._tails.values()
+        ]
+        return Extraction(self._rows, self._contexts, self.notes), latest
 
     # -- one batch of blocks: the vectorised scan
     def _batch(self, batch: list[Block]) -> None:
