@@ -105,7 +105,11 @@ def test_scenario_yaml_describes_the_tree(path: Path) -> None:
         assert (path / entry["path"]).stat().st_size == entry["bytes"], entry["path"]
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=ids(SCENARIOS))
+# The one tree where a rank loads another NCCL on purpose has its own test below.
+SAME_NCCL = [p for p in SCENARIOS if p.name != "nccl_version_differs_ws2_hostid"]
+
+
+@pytest.mark.parametrize("path", SAME_NCCL, ids=ids(SAME_NCCL))
 def test_nccl_version_line_on_every_rank(path: Path) -> None:
     m = meta(path)
     for rank in range(m["world_size"]):
@@ -113,11 +117,11 @@ def test_nccl_version_line_on_every_rank(path: Path) -> None:
         assert versions == [m["machine"]["nccl_version"]], rank
 
 
-@pytest.mark.parametrize(
-    "path",
-    [p for p in SCENARIOS if p.name != "dup_gpu_ws2"],
-    ids=ids([p for p in SCENARIOS if p.name != "dup_gpu_ws2"]),
-)
+# Communicators that never complete init: two ranks on one device, two NCCL versions.
+INIT_COMPLETES = [p for p in SCENARIOS if p.name not in ("dup_gpu_ws2", "nccl_version_differs_ws2_hostid")]
+
+
+@pytest.mark.parametrize("path", INIT_COMPLETES, ids=ids(INIT_COMPLETES))
 def test_init_complete_with_bus_id_on_every_rank(path: Path) -> None:
     m = meta(path)
     seen = {}
@@ -254,6 +258,23 @@ def test_differing_protocols_make_nccl_report_a_truncated_message_and_invalid_us
     assert WATCHDOG_TIMEOUT.search(rank_text(path, 0, "stderr.log")).group(3) == "2"  # type: ignore[union-attr]
     assert ROOT_CAUSE.search(console(path)).group(1) == "1"  # type: ignore[union-attr]
     assert "Culprit rank 1; Error type: COLLECTIVE_STATE_MISMATCH" in (path / "fr_trace.txt").read_text()
+
+
+def test_nccl_version_per_rank_and_ncclinvalidusage_when_they_differ() -> None:
+    path = scenario("nccl_version_differs_ws2_hostid")
+    versions = {rank: NCCL_VERSION.findall(rank_text(path, rank, "stdout.log")) for rank in (0, 1)}
+    assert versions == {0: ["2.28.9"], 1: ["2.28.3"]}
+    assert re.search(
+        r"init\.cc:\d+ NCCL WARN Mismatched NCCL version detected : rank 0 version 22809 rank 1 version 22803$",
+        rank_text(path, 1, "stdout.log"),
+        re.M,
+    )
+    for rank, version in ((0, "2.28.9"), (1, "2.28.3")):
+        assert (
+            "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, "
+            f"invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version {version}"
+        ) in rank_text(path, rank, "stderr.log")
+    assert dict(EXITCODE.findall(console(path))) == {"0": "1", "1": "1"}
 
 
 @pytest.mark.parametrize(

@@ -281,13 +281,19 @@ def duplicate_device(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
     """Two ranks on the same CUDA device or busId (the Isaac Lab mistake of not using cuda:<local_rank>)."""
     by_device: dict[tuple[str | None, str], set[int]] = {}
     rows: dict[tuple[str | None, str], list[dict[str, Any]]] = {}
+    # NCCL tells hosts apart by NCCL_HOSTID when it is set (echoed at init), else by hostname.
+    nccl_host = {
+        e["rank"]: str(e["_f"].get("value"))
+        for e in ctx.by_kind.get("nccl_env_set", [])
+        if e["_f"].get("var") == "NCCL_HOSTID" and e["rank"] is not None
+    }
     for e in events:
         if e["rank"] is None:
             continue
         f = e["_f"]
         if e["kind"] == "nccl_comm_init":
             if str(f.get("state", "")).startswith("Init") and f.get("bus_id"):
-                key = (f.get("host"), f"busId {f['bus_id']}")
+                key = (nccl_host.get(e["rank"], f.get("host")), f"busId {f['bus_id']}")
             else:
                 continue
         else:

@@ -175,7 +175,9 @@ def _per_rank_values(ctx: Context, events: list[dict[str, Any]], name: str) -> d
     for e in events:
         value = ctx.field(e, name)
         if e["rank"] is not None and value is not None and _latest_attempt(ctx, e):
-            values[e["rank"]] = str(value)
+            text = str(value)
+            # NCCL's own line says "2.28.9+cuda13.0", torch's lines "2.28.9": the same version.
+            values[e["rank"]] = text.split("+", 1)[0] if name == "nccl_version" else text
     return values
 
 
