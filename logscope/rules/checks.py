@@ -77,9 +77,22 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
     comm = _comm_ranks(ctx)
     if _all_ranks_aborted(ctx):
         comm |= {e["rank"] for k in ("child_failure", "worker_failed") for e in ctx.by_kind.get(k, [])}
+    # torchrun's own exceptions out of its rendezvous code (a traceback through elastic/rendezvous/*.py) belong to
+    # the launcher, not to a rank: LS601/LS602 report them.
+    rendezvous_frames = [
+        (x["sid"], x["line"])
+        for x in ctx.by_kind.get("launcher_frame", [])
+        if "rendezvous" in str(x["_f"].get("module", ""))
+    ]
     causes: list[dict[str, Any]] = []
     for e in events:
         kind, rank, f = e["kind"], e["rank"], e["_f"]
+        if (
+            kind == "python_exception"
+            and rank is None
+            and any(sid == e["sid"] and 0 < e["line"] - line <= 60 for sid, line in rendezvous_frames)
+        ):
+            continue
         if kind in ("child_failure", "worker_failed"):
             code = e["exitcode"]
             if code is None or code == 0 or code == -15:
@@ -539,6 +552,44 @@ WORKER_KINDS = (
     "nccl_comm_init",
     "training_time",
 )
+
+
+# Lines that prove the process group had formed (a collective ran or training started).
+WORLD_FORMED_KINDS = (
+    "pg_initialized",
+    "nccl_comm_init",
+    "sync_start",
+    "sync_done",
+    "iteration",
+    "training_time",
+    "nccl_pg_status",
+    "nccl_watchdog_timeout",
+    "collective_fingerprint",
+    "pg_store_check_failed",
+)
+
+
+@check("store_lost_before_world_formed")
+def store_lost_before_world_formed(
+    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
+) -> Hit | None:
+    """A TCPStore client lost its server before any process group formed: the store host never served the job.
+
+    After the world formed, the same line is usually the aftermath of the store's host process exiting first.
+    """
+    if not events or any(ctx.by_kind.get(k) for k in WORLD_FORMED_KINDS):
+        return None
+    return Hit(events[:6], {e["rank"] for e in events if e["rank"] is not None}, culprits=[])
+
+
+@check("store_lost_after_world_formed")
+def store_lost_after_world_formed(
+    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
+) -> Hit | None:
+    """Ranks that were running lost the c10d store: its host process (rank 0's, or node 0's agent) went away."""
+    if not events or not any(ctx.by_kind.get(k) for k in WORLD_FORMED_KINDS) or ctx.job.get("exit_code") == 0:
+        return None  # after a clean exit it is only the order in which the ranks left
+    return Hit(events[:6], {e["rank"] for e in events if e["rank"] is not None}, culprits=[])
 
 
 @check("launcher_failed")
