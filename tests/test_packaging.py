@@ -37,7 +37,11 @@ def test_wheel_ships_every_rule_file_and_the_data_files(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     rules = {p.name for p in (REPO / "rules").glob("*.yaml")}
     assert {n.removeprefix("logscope/rulepack/") for n in names if n.startswith("logscope/rulepack/")} == rules
-    for data in ("logscope/events/signatures.yaml", "logscope/rules/schema.json", "logscope/report/templates/report.html.j2"):
+    for data in (
+        "logscope/events/signatures.yaml",
+        "logscope/rules/schema.json",
+        "logscope/report/templates/report.html.j2",
+    ):
         assert data in names
 
 

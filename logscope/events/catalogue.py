@@ -7,7 +7,8 @@ from functools import lru_cache
 from importlib import resources
 
 import regex
-import yaml
+
+from logscope import safeyaml
 
 LEVELS = ("benign", "info", "warning", "error")
 _KEYS = {"kind", "level", "phase", "prefilter", "pattern", "wrapped", "limit", "cap", "source"}
@@ -37,7 +38,7 @@ class Catalogue:
 
 def _load() -> list[dict[str, object]]:
     text = resources.files("logscope.events").joinpath("signatures.yaml").read_text(encoding="utf-8")
-    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: faster start
+    data = safeyaml.load(text)
     if not isinstance(data, list):
         raise ValueError("signatures.yaml must be a list of signatures")
     return data

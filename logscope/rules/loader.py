@@ -12,6 +12,7 @@ from typing import Any
 import regex
 import yaml
 
+from logscope import safeyaml
 from logscope.errors import RuleError
 from logscope.events.catalogue import catalogue
 
@@ -19,8 +20,6 @@ from logscope.events.catalogue import catalogue
 _PACKAGED_RULES = Path(__file__).resolve().parents[1] / "rulepack"
 BUILTIN_RULES = _PACKAGED_RULES if _PACKAGED_RULES.is_dir() else Path(__file__).resolve().parents[2] / "rules"
 WORKFLOW_STEPS = {f"W{i}" for i in range(1, 11)}
-# libyaml when PyYAML was built with it (about ten times faster: 30 rule files are parsed at every start).
-FAST_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -129,7 +128,7 @@ def parse_rule(path: Path) -> Rule:
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(f"{path}:1: cannot read rule file ({exc})") from None
     try:
-        data = yaml.load(text, Loader=FAST_LOADER)
+        data = safeyaml.load(text)
     except yaml.YAMLError:
         try:  # the pure-Python loader names the problem and its line the same way on every install
             yaml.compose(text, Loader=yaml.SafeLoader)
@@ -144,7 +143,7 @@ def parse_rule(path: Path) -> Rule:
 
     def fail(keypath: tuple[str, ...], message: str) -> RuleError:
         # Line numbers are needed only to refuse a rule: the document is composed again only then.
-        node = yaml.compose(text, Loader=FAST_LOADER)
+        node = yaml.compose(text, Loader=safeyaml.FAST_LOADER)
         lines = _lines(node) if node is not None else {}
         line = next((lines[keypath[:i]] for i in range(len(keypath), -1, -1) if keypath[:i] in lines), 1)
         return RuleError(f"{path}:{line}: {message}")

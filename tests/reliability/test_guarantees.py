@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 import regex
+import yaml
 
+from logscope import safeyaml
 from logscope.errors import OutputError
 from logscope.outputs import write_atomic
 from tests.reliability.conftest import NODE, RANK0, RANK1, REPO, RUN, cli, tree_digest
@@ -152,6 +154,13 @@ def test_no_unsafe_calls_in_the_package() -> None:
     # The check itself catches what it is for.
     assert UNSAFE["yaml.load("].search("data = yaml.load(text)") and UNSAFE["eval("].search("x = eval(s)")
     assert not UNSAFE["eval("].search("pl.element().eval(expr)") and not UNSAFE["eval("].search("evaluate(r)")
+
+
+def test_the_yaml_loader_constructs_no_python_objects() -> None:
+    # The rule and catalogue loader: plain data loads, a python/object tag is refused, never executed.
+    assert safeyaml.load("id: LS101\nlimit: 3\n") == {"id": "LS101", "limit": 3}
+    with pytest.raises(yaml.YAMLError):
+        safeyaml.load("!!python/object/apply:os.getpid []\n")
 
 
 PAYLOADS = [b'<script>alert("logscope")</script>', b'"><img src=x onerror=alert(1)>', b"javascript:alert(2)"]
