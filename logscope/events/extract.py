@@ -25,6 +25,8 @@ BATCH_CHARS = 8 << 20
 MAX_TEXT = 2000
 CONTEXT = 2  # lines either side kept for warning/error events (evidence windows in reports)
 MAX_CONTEXT_PER_SOURCE = 400
+PROBE_ROWS = 4096  # selected lines charged before the rest of a batch is filtered again (see `_batch`)
+LATEST_TAIL = 64  # a block's last lines, where the latest line of a spent capped kind is looked for first
 # What a new line looks like; a wrapped continuation does not (it starts mid-word or mid-number).
 _LINE_START = regex.compile(
     r"\s*(?:[\[(]|Traceback|File \"|\d{4}-\d\d-\d\d|[DIWEC]\d{4} |[\w.-]+:\d+:\d+ |frame #|Exception raised|"
@@ -150,7 +152,6 @@ class Extractor:
         self._unlimited_union = "|".join(
             f"(?:{s.prefilter})" for s in self.signatures if s.limit is None and s.cap is None
         )
-        self._first_limited = pl.coalesce([self._hit_exprs[i] for i in self._limits])
         self._all_hits = pl.concat_list(self._hit_exprs).list.drop_nulls().alias("sigs")
         # A line that no unlimited prefilter passes can pass only limited ones: its hits need only their regexes.
         self._limited_hits = pl.concat_list([self._hit_exprs[i] for i in sorted(self._limits)]).list.drop_nulls()
@@ -170,7 +171,7 @@ class Extractor:
                 self._error_json(block)
                 continue
             batch.append(block)
-            size += len(block.text)
+            size += len(block.data)
             if size >= BATCH_CHARS:
                 self._batch(batch)
                 batch, size = [], 0
@@ -193,7 +194,7 @@ class Extractor:
                 {
                     "b": pl.Series(range(len(batch)), dtype=pl.Int32),
                     "sid": pl.Series([b.sid for b in batch], dtype=pl.Int64),
-                    "t": [b.text for b in batch],
+                    "t": pl.Series([b.data for b in batch], dtype=pl.Binary).cast(pl.String),
                 }
             )
             .with_columns(pl.col("t").str.split("\n"))
@@ -204,7 +205,7 @@ class Extractor:
             .with_columns((pl.col("line_row").cast(pl.Int64) - pl.col("start")).alias("off"))
             .drop("line_row", "start")
         )
-        if any("\r" in b.text for b in batch):  # a scan of the text is far cheaper than splitting every line
+        if any(b"\r" in b.data for b in batch):  # a scan of the text is far cheaper than splitting every line
             # A carriage return overwrites the line on a terminal (tqdm, CRLF): each segment is a logical line
             # of its own, with the physical line's number.
             frame = frame.with_columns(pl.col("t").str.strip_chars_end("\r").str.split("\r")).explode("t")
@@ -213,8 +214,7 @@ class Extractor:
         pasted = [i for i, b in enumerate(batch) if b.source.role == "console"]
         if pasted:
             frame = _unwrap_fixed_width(frame, pasted)
-        selected = frame.filter(pl.col("t").str.contains(self._live_union(batch)))
-        candidates = self._within_quota(selected)
+        candidates = self._candidates(frame, batch)
         if candidates.height == 0:
             return
         texts = frame["t"]
@@ -224,36 +224,122 @@ class Extractor:
             line = block.first_line + off
             self._match(block, line, text, sigs, texts, blocks, row)
 
-    def _live_union(self, batch: list[Block]) -> str:
-        """The union prefilter without the signatures whose limit every source of the batch has reached.
+    def _candidates(self, frame: pl.DataFrame, batch: list[Block]) -> pl.DataFrame:
+        """The lines of the batch that reach the per-line matching, each with `sigs` (see `_within_quota`).
 
-        Their lines would be dropped in `_emit` anyway. They stay in `_hit_exprs`, so on the lines that remain
-        candidates they still shadow later signatures exactly as before.
+        Blocks are filtered with the union of the prefilters whose quota their source has not spent: the
+        blocks of sources in the same state share one scan (a batch can hold the end of one source and the start
+        of the next).
         """
-        sids = {b.sid for b in batch}
-        live = [
-            sig.prefilter
-            for sig in self.signatures
-            if sig.limit is None or any(self._kind_count[(sid, sig.kind)] < sig.limit for sid in sids)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, block in enumerate(batch):
+            groups.setdefault(tuple(self._spent({block.sid})), []).append(i)
+        parts = [
+            self._candidates_of(
+                frame if len(groups) == 1 else frame.filter(pl.col("b").is_in(members)),
+                {batch[i].sid for i in members},
+                list(spent),
+                members,
+            )
+            for spent, members in groups.items()
         ]
-        if len(live) == len(self.signatures):
-            return self.catalogue.union_prefilter
-        return "|".join(f"(?:{p})" for p in live)
+        return pl.concat(parts).sort("row") if len(parts) > 1 else parts[0]
 
-    def _within_quota(self, selected: pl.DataFrame) -> pl.DataFrame:
+    def _candidates_of(self, frame: pl.DataFrame, sids: set[int], spent: list[int], blocks: list[int]) -> pl.DataFrame:
+        selected = frame.filter(pl.col("t").str.contains(self._union(spent)))
+        parts = []
+        # A source's first batch: none of its quotas is spent, and charging a quarter of a million progress-bar
+        # refreshes costs more than the rest of the batch. The first lines spend the chatty kinds' quotas; the
+        # rest is filtered again with the narrower union, as long as that keeps narrowing it.
+        while selected.height > PROBE_ROWS and len(spent) < len(self._limits):
+            parts.append(self._within_quota(selected.head(PROBE_ROWS), spent))
+            now_spent = self._spent(sids)
+            rest = selected.slice(PROBE_ROWS)
+            if len(now_spent) == len(spent):
+                selected = rest
+                break
+            spent = now_spent
+            selected = rest.filter(pl.col("t").str.contains(self._union(spent)))
+        parts.append(self._within_quota(selected, spent))
+        candidates = pl.concat(parts) if len(parts) > 1 else parts[0]
+        spent_caps = [i for i in spent if i in self._capped]
+        return self._with_latest(frame, candidates, spent_caps, blocks) if spent_caps else candidates
+
+    def _spent(self, sids: set[int]) -> list[int]:
+        """The limited and capped signatures whose quota every one of `sids` has spent.
+
+        A spent limited signature's lines would be dropped anyway (in `_within_quota` or `_emit`). A spent capped
+        signature needs only the latest of its lines, which `_with_latest` finds without sending every one of them
+        (a progress bar's refreshes: most lines of a stderr) through the per-line quota.
+        """
+
+        def spent(i: int, quota: int) -> bool:
+            sig = self.signatures[i]
+            return all(
+                self._seen[(sid, i)] >= quota or (sig.limit is not None and self._kind_count[(sid, sig.kind)] >= quota)
+                for sid in sids
+            )
+
+        return [i for i, quota in self._limits.items() if spent(i, quota)]
+
+    def _union(self, spent: list[int]) -> str:
+        """The union prefilter without the spent signatures. They stay in `_hit_exprs`, so on the lines that
+        remain candidates they still shadow later signatures exactly as before."""
+        if not spent:
+            return self.catalogue.union_prefilter
+        return "|".join(f"(?:{sig.prefilter})" for i, sig in enumerate(self.signatures) if i not in spent)
+
+    def _with_latest(
+        self, frame: pl.DataFrame, candidates: pl.DataFrame, spent: list[int], blocks: list[int]
+    ) -> pl.DataFrame:
+        """`candidates` plus, per block and spent capped signature, the last line its prefilter passes.
+
+        Such a line is usually among a block's last lines, so those are tried first; a block where none passes is
+        scanned whole for that signature alone.
+        """
+        ids = pl.Series(blocks, dtype=pl.Int32)
+        starts = frame["b"].search_sorted(ids, side="left").to_list()
+        ends = frame["b"].search_sorted(ids, side="right").to_list()
+        bounds = [(start, end) for start, end in zip(starts, ends, strict=True) if end > start]
+        tails = pl.concat(
+            [frame.slice(max(start, end - LATEST_TAIL), min(end - start, LATEST_TAIL)) for start, end in bounds]
+        )
+        rows: set[int] = set()
+        for i in spent:
+            passes = pl.col("t").str.contains(self.signatures[i].prefilter)
+            found = dict(tails.filter(passes).group_by("b").agg(pl.col("row").last()).iter_rows())
+            for start, end in bounds:
+                b = int(frame["b"][start])
+                if b not in found:
+                    last = frame.slice(start, end - start).filter(passes)["row"]
+                    if last.len():
+                        found[b] = last[-1]
+            rows.update(int(r) for r in found.values())
+        rows.difference_update(candidates["row"].to_list())
+        if not rows:
+            return candidates
+        extra = frame.filter(pl.col("row").is_in(sorted(rows))).with_columns(self._limited_hits.alias("sigs"))
+        return pl.concat([candidates, extra.select(candidates.columns)]).sort("row")
+
+    def _within_quota(self, selected: pl.DataFrame, spent: list[int]) -> pl.DataFrame:
         """The selected lines that reach Python, each with `sigs`: the signatures whose prefilter it passes.
 
         Drops the lines only limited signatures select, beyond each (source, signature) quota: a line that no
-        unlimited prefilter selects is charged to the first limited signature whose prefilter selects it, and per
-        source only the first `limit` lines charged to a signature are kept. So a limited kind still yields at most
+        unlimited prefilter selects is charged to the first limited signature whose prefilter selects it and whose
+        quota is not `spent` yet (a progress bar's "Epoch 3: 40%|..." passes two), and per source only the first
+        `limit` lines charged to a signature are kept. So a limited kind still yields at most
         `limit` events; fewer only if many of its first lines pass the prefilter but fail the pattern. Without
         this, 40% of an NCCL_DEBUG=INFO log reaches the per-line Python code.
         """
         if selected.height == 0 or not self._limits:
             return selected.with_columns(self._all_hits)
+        live_limited = [self._hit_exprs[i] for i in self._limits if i not in spent]
+        if not live_limited:  # the live union passed only unlimited signatures' lines
+            return selected.with_columns(self._all_hits)
+        first_limited = pl.coalesce(live_limited)
         marked = (
             selected.with_columns(pl.col("t").str.contains(self._unlimited_union).alias("free"))
-            .with_columns(pl.when(pl.col("free")).then(None).otherwise(self._first_limited).alias("lim"))
+            .with_columns(pl.when(pl.col("free")).then(None).otherwise(first_limited).alias("lim"))
             .with_columns(
                 pl.int_range(pl.len(), dtype=pl.Int64).over("sid", "lim").alias("nth"),
                 pl.len().over("sid", "lim").alias("charged"),
@@ -389,7 +475,7 @@ class Extractor:
     # -- error.json (torch_logs.md §2.2): both the nested and the "new" string message format
     def _error_json(self, block: Block) -> None:
         try:
-            data = json.loads(block.text)
+            data = json.loads(block.data)
         except ValueError:
             self.notes.append(f"{block.source.path}: error.json is not JSON, ignored")
             return

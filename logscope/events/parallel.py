@@ -131,7 +131,7 @@ def _slice(inventory: Inventory, start: int, stop: int | None) -> Inventory:
 def _counted(blocks: Iterator[Block], first_sid: int, progress: Progress) -> Iterator[Block]:
     for block in blocks:
         if progress is not None:
-            progress(len(block.text))
+            progress(len(block.data))
         yield replace(block, sid=block.sid + first_sid) if first_sid else block
 
 

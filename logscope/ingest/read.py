@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import IO
 
+import polars as pl
+
 from logscope.errors import InputError
 from logscope.ingest.sources import Inventory, Source, iter_tar
 
@@ -48,8 +50,12 @@ class Block:
     sid: int
     source: Source
     first_line: int  # 1-based number of the block's first line
-    text: str
+    data: bytes  # valid UTF-8 (bytes that were not are U+FFFD), without the last line end
     final: bool  # the last block of its source
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8")
 
 
 @dataclass
@@ -189,11 +195,11 @@ class Reader:
     def _block(sid: int, src: Source, line_no: int, data: bytes, stats: SourceStats, final: bool) -> Block:
         if 0 in data:  # one memchr; counting is a full pass that almost every block can skip
             stats.nul_bytes += data.count(0)
-        # Decode without the final line end: a view, so neither the bytes nor the text is copied to drop it.
-        text = str(memoryview(data)[:-1] if data.endswith(b"\n") else data, "utf-8", "replace")
-        if not stats.replaced_bytes and "\ufffd" in text:
+        body = data[:-1] if data.endswith(b"\n") else data
+        if not _is_utf8(body):  # rare: re-encoded once here, so every later stage sees valid UTF-8
+            body = body.decode("utf-8", "replace").encode("utf-8")
             stats.replaced_bytes = True
-        return Block(sid, src, line_no, text, final)
+        return Block(sid, src, line_no, body, final)
 
 
 def _read_block(read_step: Callable[[], bytes]) -> tuple[bytes, Exception | None]:
@@ -210,6 +216,18 @@ def _read_block(read_step: Callable[[], bytes]) -> tuple[bytes, Exception | None
         pieces.append(piece)
         size += len(piece)
     return b"".join(pieces), None
+
+
+def _is_utf8(data: bytes) -> bool:
+    """Valid UTF-8, checked without decoding in Python: the text goes to polars as bytes (a Python decode and
+    re-encode of a block with a few non-ASCII characters, a progress bar's blocks, costs ten times the check)."""
+    if data.isascii():
+        return True
+    try:
+        pl.Series([data], dtype=pl.Binary).cast(pl.String)
+    except pl.exceptions.ComputeError:
+        return False
+    return True
 
 
 _CONTROL_BYTES = bytes(b for b in range(1, 32) if b not in (9, 10, 11, 12, 13, 27))
