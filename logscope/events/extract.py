@@ -156,6 +156,7 @@ class Extractor:
         # A line that no unlimited prefilter passes can pass only limited ones: its hits need only their regexes.
         self._limited_hits = pl.concat_list([self._hit_exprs[i] for i in sorted(self._limits)]).list.drop_nulls()
         self._seen: Counter[tuple[int, int]] = Counter()  # (sid, limited signature) -> lines charged so far
+        self.lines: Counter[int] = Counter()  # sid -> lines fed so far (the reader does not count them)
 
     def run(self, blocks: Iterable[Block]) -> Extraction:
         self.feed(blocks)
@@ -168,6 +169,7 @@ class Extractor:
         size = 0
         for block in blocks:
             if block.source.role == "error_json":
+                self.lines[block.sid] += block.data.count(b"\n") + 1
                 self._error_json(block)
                 continue
             batch.append(block)
@@ -188,18 +190,21 @@ class Extractor:
 
     # -- one batch of blocks: the vectorised scan
     def _batch(self, batch: list[Block]) -> None:
+        split = pl.DataFrame(
+            {
+                "b": pl.Series(range(len(batch)), dtype=pl.Int32),
+                "sid": pl.Series([b.sid for b in batch], dtype=pl.Int64),
+                "t": pl.Series([b.data for b in batch], dtype=pl.Binary).cast(pl.String),
+            }
+        ).with_columns(pl.col("t").str.split("\n"))
+        first_lines = []  # 1-based number of each block's first line in its source
+        for block, count in zip(batch, split["t"].list.len().to_list(), strict=True):
+            first_lines.append(self.lines[block.sid] + 1)
+            self.lines[block.sid] += count
         lines = pl.col("t").list.len()
         frame = (
-            pl.DataFrame(
-                {
-                    "b": pl.Series(range(len(batch)), dtype=pl.Int32),
-                    "sid": pl.Series([b.sid for b in batch], dtype=pl.Int64),
-                    "t": pl.Series([b.data for b in batch], dtype=pl.Binary).cast(pl.String),
-                }
-            )
-            .with_columns(pl.col("t").str.split("\n"))
             # Row number of each block's first line once the blocks are exploded into lines.
-            .with_columns((lines.cum_sum() - lines).cast(pl.Int64).alias("start"))
+            split.with_columns((lines.cum_sum() - lines).cast(pl.Int64).alias("start"))
             .explode("t")
             .with_row_index("line_row")
             .with_columns((pl.col("line_row").cast(pl.Int64) - pl.col("start")).alias("off"))
@@ -220,9 +225,7 @@ class Extractor:
         texts = frame["t"]
         blocks = frame["b"]
         for row, b, text, off, sigs in candidates.select("row", "b", "t", "off", "sigs").iter_rows():
-            block = batch[b]
-            line = block.first_line + off
-            self._match(block, line, text, sigs, texts, blocks, row)
+            self._match(batch[b], first_lines[b] + off, text, sigs, texts, blocks, row)
 
     def _candidates(self, frame: pl.DataFrame, batch: list[Block]) -> pl.DataFrame:
         """The lines of the batch that reach the per-line matching, each with `sigs` (see `_within_quota`).

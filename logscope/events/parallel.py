@@ -83,7 +83,8 @@ def extract(inventory: Inventory, path: Path, follow_symlinks: bool, progress: P
     split = _split_point(inventory)
     if split is None:
         reader = Reader(inventory)
-        extraction = Extractor(catalogue()).run(_counted(reader.blocks(), 0, progress))
+        extraction, latest = _extract(reader, 0, progress)
+        extraction.rows.extend(latest)
         return Extracted(extraction, reader.sources, reader.stats, reader.notes)
     child = _Child(path, follow_symlinks, inventory, split)
     try:
@@ -135,11 +136,19 @@ def _counted(blocks: Iterator[Block], first_sid: int, progress: Progress) -> Ite
         yield replace(block, sid=block.sid + first_sid) if first_sid else block
 
 
-def _read_part(inventory: Inventory, first_sid: int, progress: Progress) -> _Part:
-    reader = Reader(inventory)
+def _extract(reader: Reader, first_sid: int, progress: Progress) -> tuple[Extraction, list[dict[str, Any]]]:
+    """The extraction and the capped kinds' latest events (see `Extractor.finish`); fills in each source's line
+    count, which the extractor keeps."""
     extractor = Extractor(catalogue())
     extractor.feed(_counted(reader.blocks(), first_sid, progress))
-    extraction, latest = extractor.finish()
+    for sid, stats in enumerate(reader.stats, first_sid):
+        stats.lines = extractor.lines[sid]
+    return extractor.finish()
+
+
+def _read_part(inventory: Inventory, first_sid: int, progress: Progress) -> _Part:
+    reader = Reader(inventory)
+    extraction, latest = _extract(reader, first_sid, progress)
     return _Part(extraction, latest, reader.stats, reader.notes)
 
 

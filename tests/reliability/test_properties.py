@@ -47,7 +47,7 @@ SOURCE = Source("generated.log", "console", None)
 def kinds_per_line(lines: list[str]) -> list[set[str]]:
     """The event kinds found in each line, each line its own block and source (no line borrows from another,
     no per-source quota applies across lines)."""
-    blocks = [Block(i, SOURCE, 1, text.encode("utf-8"), True) for i, text in enumerate(lines)]
+    blocks = [Block(i, SOURCE, text.encode("utf-8"), True) for i, text in enumerate(lines)]
     events = Extractor(catalogue()).run(blocks).events
     found: list[set[str]] = [set() for _ in lines]
     for sid, kind in events.select("sid", "kind").iter_rows():
