@@ -49,6 +49,15 @@ def test_pg_status_last_enqueued_completed() -> None:
     assert (rows[0]["seq"], f["enqueued"], f["completed"]) == (808, "811", "807") or f["completed"] == "807"
 
 
+def test_dump_signal_carries_where_each_rank_queue_stood() -> None:
+    # Real 2-GPU run: rank 1 stalled, rank 0 timed out on SeqNum 4; rank 1 never enqueued it.
+    path = "fixtures/gpu/stall_rank1_watchdog_ws2_hostid/logs"
+    rows = {r["rank"]: r["f"] for r in _events(path, "nccl_dump_signal") if "enqueued" in r["f"]}
+    assert {rank: (f["enqueued"], f["completed"]) for rank, f in rows.items()} == {0: ("4", "3"), 1: ("3", "3")}
+    ranks = {r["rank"]: r for r in analysed(path).diagnosis["ranks"]}
+    assert (ranks[1]["last_seq_enqueued"], ranks[1]["last_seq_completed"]) == (3, 3)
+
+
 def test_childfailed_table_is_assembled_with_root_cause() -> None:
     rows = _events("fixtures/real/runs/03_skip_allreduce_rank1_stall_gloo_timeout", "child_failure")
     by_rank = {r["rank"]: r for r in rows}

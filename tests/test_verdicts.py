@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
 import yaml
 
+from logscope.analysis import analyze
 from tests.conftest import FIXTURES, REPO, analysed
 
 SCHEMA = json.loads((REPO / "docs" / "schema" / "diagnosis-v1.json").read_text())
@@ -111,3 +115,24 @@ def test_schema_vocabulary_is_the_models() -> None:
 
     assert SCHEMA["$defs"]["category"]["enum"] == list(CATEGORIES)
     assert rule_schema()["properties"]["category"]["enum"] == [c for c in CATEGORIES if c != "healthy"]
+
+
+def _benchmark_generator() -> Any:
+    spec = importlib.util.spec_from_file_location("benchmark_generate", REPO / "benchmarks" / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while they are built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_timeout_culprit_is_the_rank_that_never_enqueued_the_timed_out_seqnum(tmp_path: Path, seed: int) -> None:
+    # The benchmark's tree (line shapes copied from real torch 2.6-2.10 logs): three ranks time out on SeqNum S,
+    # four print nothing, and one rank's dump-signal line says "Last enqueued NCCL work: S-1". With most ranks
+    # silent, silence names no one; the enqueued SeqNum does.
+    _, _, failure = _benchmark_generator().generate_tree(tmp_path, 8, 256 << 10, seed)
+    verdict = analyze(tmp_path).diagnosis["verdict"]
+    assert verdict["category"] == "collective_timeout"
+    assert verdict["culprit_ranks"] == [failure.culprit]
+    assert failure.culprit not in failure.detectors

@@ -465,7 +465,7 @@ class _Builder:
                     entry["max_phase"] = max(entry["max_phase"], PHASE_ORDER.get(row["phase"], -1))
             if kind == "iteration" and row["iteration"] is not None and in_final:
                 entry["last_iteration"] = max(entry["last_iteration"] or -1, row["iteration"])
-            if kind in ("nccl_pg_status", "nccl_work_progress") and (row["pg"] in (None, "0")):
+            if kind in ("nccl_pg_status", "nccl_work_progress", "nccl_dump_signal") and (row["pg"] in (None, "0")):
                 enq = _int(f.get("enqueued"))
                 done = _int(f.get("completed"))
                 if enq is not None and 0 <= enq < MAX_SANE_SEQ:

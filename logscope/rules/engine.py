@@ -409,7 +409,12 @@ def _laggards(ctx: Context, hit: Hit) -> list[int]:
         if e["rank"] is not None and e["seq"] is not None and (e["pg"] or "0") == "0":
             seqs[e["rank"]] = max(seqs.get(e["rank"], -1), e["seq"])
     for rank, info in ctx.ranks.items():
-        if info.get("last_seq_completed") is not None and rank not in seqs and info["status"] == "visible":
+        if rank in seqs or info["status"] != "visible":
+            continue
+        # The furthest collective the rank reached: the last it enqueued, else the one after its last completed.
+        if info.get("last_seq_enqueued") is not None:
+            seqs[rank] = info["last_seq_enqueued"]
+        elif info.get("last_seq_completed") is not None:
             seqs[rank] = info["last_seq_completed"] + 1
     if len(seqs) >= 2 and len(set(seqs.values())) > 1:
         low = min(seqs.values())
