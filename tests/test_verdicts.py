@@ -136,3 +136,13 @@ def test_timeout_culprit_is_the_rank_that_never_enqueued_the_timed_out_seqnum(tm
     assert verdict["category"] == "collective_timeout"
     assert verdict["culprit_ranks"] == [failure.culprit]
     assert failure.culprit not in failure.detectors
+
+
+def test_console_quota_is_per_rank_so_no_rank_seems_to_stop_early(tmp_path: Path) -> None:
+    # The same failure through torchrun's --tee console: eight ranks interleaved in one file. The chatty kinds'
+    # quota (NCCL INFO) is kept per `[default<N>]:` rank; one quota for the file let the first ranks spend it and
+    # left ranks whose last kept line was the parameter sync (LS302, "nothing follows") instead of the timeout.
+    console = tmp_path / "console.log"
+    _, failure = _benchmark_generator().generate_console(console, 8, 2 << 20, 0)
+    verdict = analyze(console).diagnosis["verdict"]
+    assert (verdict["category"], verdict["culprit_ranks"]) == ("collective_timeout", [failure.culprit])

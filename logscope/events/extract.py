@@ -27,6 +27,11 @@ CONTEXT = 2  # lines either side kept for warning/error events (evidence windows
 MAX_CONTEXT_PER_SOURCE = 400
 PROBE_ROWS = 4096  # selected lines charged before the rest of a batch is filtered again (see `_batch`)
 LATEST_TAIL = 64  # a block's last lines, where the latest line of a spent capped kind is looked for first
+# Quotas are per stream: a source, or in a console one rank's `[default<N>]:` lines (key sid * STREAMS + 1 + N;
+# the launcher's own lines are stream sid * STREAMS). A console holds every rank: one quota per source would let
+# the chattiest ranks spend it and drop the later lines of all, so a rank would look as if it stopped early.
+STREAMS = 1 << 16
+_TEE_RUST = r"^\[[A-Za-z_][\w.-]*?(\d+)\]:"
 # What a new line looks like; a wrapped continuation does not (it starts mid-word or mid-number).
 _LINE_START = regex.compile(
     r"\s*(?:[\[(]|Traceback|File \"|\d{4}-\d\d-\d\d|[DIWEC]\d{4} |[\w.-]+:\d+:\d+ |frame #|Exception raised|"
@@ -155,7 +160,8 @@ class Extractor:
         self._all_hits = pl.concat_list(self._hit_exprs).list.drop_nulls().alias("sigs")
         # A line that no unlimited prefilter passes can pass only limited ones: its hits need only their regexes.
         self._limited_hits = pl.concat_list([self._hit_exprs[i] for i in sorted(self._limits)]).list.drop_nulls()
-        self._seen: Counter[tuple[int, int]] = Counter()  # (sid, limited signature) -> lines charged so far
+        self._seen: Counter[tuple[int, int]] = Counter()  # (stream, limited signature) -> lines charged so far
+        self._charged: dict[tuple[int, int], set[int]] = {}  # (sid, limited signature) -> streams charged to it
         self.lines: Counter[int] = Counter()  # sid -> lines fed so far (the reader does not count them)
 
     def run(self, blocks: Iterable[Block]) -> Extraction:
@@ -219,15 +225,15 @@ class Extractor:
         pasted = [i for i, b in enumerate(batch) if b.source.role == "console"]
         if pasted:
             frame = _unwrap_fixed_width(frame, pasted)
-        candidates = self._candidates(frame, batch)
+        candidates = self._candidates(frame, batch, set(pasted))
         if candidates.height == 0:
             return
         texts = frame["t"]
         blocks = frame["b"]
-        for row, b, text, off, sigs in candidates.select("row", "b", "t", "off", "sigs").iter_rows():
-            self._match(batch[b], first_lines[b] + off, text, sigs, texts, blocks, row)
+        for row, b, q, text, off, sigs in candidates.select("row", "b", "q", "t", "off", "sigs").iter_rows():
+            self._match(batch[b], q, first_lines[b] + off, text, sigs, texts, blocks, row)
 
-    def _candidates(self, frame: pl.DataFrame, batch: list[Block]) -> pl.DataFrame:
+    def _candidates(self, frame: pl.DataFrame, batch: list[Block], pasted: set[int]) -> pl.DataFrame:
         """The lines of the batch that reach the per-line matching, each with `sigs` (see `_within_quota`).
 
         Blocks are filtered with the union of the prefilters whose quota their source has not spent: the
@@ -243,13 +249,16 @@ class Extractor:
                 {batch[i].sid for i in members},
                 list(spent),
                 members,
+                pasted,
             )
             for spent, members in groups.items()
         ]
         return pl.concat(parts).sort("row") if len(parts) > 1 else parts[0]
 
-    def _candidates_of(self, frame: pl.DataFrame, sids: set[int], spent: list[int], blocks: list[int]) -> pl.DataFrame:
-        selected = frame.filter(pl.col("t").str.contains(self._union(spent)))
+    def _candidates_of(
+        self, frame: pl.DataFrame, sids: set[int], spent: list[int], blocks: list[int], pasted: set[int]
+    ) -> pl.DataFrame:
+        selected = self._with_stream(frame.filter(pl.col("t").str.contains(self._union(spent))), pasted)
         parts = []
         # A source's first batch: none of its quotas is spent, and charging a quarter of a million progress-bar
         # refreshes costs more than the rest of the batch. The first lines spend the chatty kinds' quotas; the
@@ -266,10 +275,25 @@ class Extractor:
         parts.append(self._within_quota(selected, spent))
         candidates = pl.concat(parts) if len(parts) > 1 else parts[0]
         spent_caps = [i for i in spent if i in self._capped]
-        return self._with_latest(frame, candidates, spent_caps, blocks) if spent_caps else candidates
+        return self._with_latest(frame, candidates, spent_caps, blocks, pasted) if spent_caps else candidates
+
+    @staticmethod
+    def _with_stream(lines: pl.DataFrame, pasted: set[int]) -> pl.DataFrame:
+        """`lines` with their quota stream `q` (see STREAMS). Only for lines a prefilter selected: the tee-prefix
+        capture is a slow regex (captures), far too slow for every line of a console."""
+        stream = pl.col("sid") * STREAMS
+        if pasted:
+            tee_rank = pl.col("t").str.extract(_TEE_RUST, 1).cast(pl.Int64, strict=False)
+            stream = (
+                pl.when(pl.col("b").is_in(list(pasted)) & tee_rank.is_not_null())
+                .then(stream + 1 + tee_rank)
+                .otherwise(stream)
+            )
+        return lines.with_columns(stream.alias("q"))
 
     def _spent(self, sids: set[int]) -> list[int]:
-        """The limited and capped signatures whose quota every one of `sids` has spent.
+        """The limited and capped signatures whose quota every one of `sids` has spent: every stream of the source
+        that was charged to the signature has spent it (a console's ranks that never print a kind do not hold it).
 
         A spent limited signature's lines would be dropped anyway (in `_within_quota` or `_emit`). A spent capped
         signature needs only the latest of its lines, which `_with_latest` finds without sending every one of them
@@ -278,10 +302,16 @@ class Extractor:
 
         def spent(i: int, quota: int) -> bool:
             sig = self.signatures[i]
-            return all(
-                self._seen[(sid, i)] >= quota or (sig.limit is not None and self._kind_count[(sid, sig.kind)] >= quota)
-                for sid in sids
-            )
+            for sid in sids:
+                streams = self._charged.get((sid, i))
+                if not streams:
+                    return False
+                for q in streams:
+                    if self._seen[(q, i)] < quota and not (
+                        sig.limit is not None and self._kind_count[(q, sig.kind)] >= quota
+                    ):
+                        return False
+            return True
 
         return [i for i, quota in self._limits.items() if spent(i, quota)]
 
@@ -293,41 +323,44 @@ class Extractor:
         return "|".join(f"(?:{sig.prefilter})" for i, sig in enumerate(self.signatures) if i not in spent)
 
     def _with_latest(
-        self, frame: pl.DataFrame, candidates: pl.DataFrame, spent: list[int], blocks: list[int]
+        self, frame: pl.DataFrame, candidates: pl.DataFrame, spent: list[int], blocks: list[int], pasted: set[int]
     ) -> pl.DataFrame:
-        """`candidates` plus, per block and spent capped signature, the last line its prefilter passes.
+        """`candidates` plus, per block, stream and spent capped signature, the last line its prefilter passes.
 
-        Such a line is usually among a block's last lines, so those are tried first; a block where none passes is
-        scanned whole for that signature alone.
+        Such a line is usually among a block's last lines, so those are tried first; a block where none passes,
+        and a console block (each of its ranks has its own latest line), is scanned whole for that signature alone.
         """
         ids = pl.Series(blocks, dtype=pl.Int32)
         starts = frame["b"].search_sorted(ids, side="left").to_list()
         ends = frame["b"].search_sorted(ids, side="right").to_list()
-        bounds = [(start, end) for start, end in zip(starts, ends, strict=True) if end > start]
+        bounds = [(b, start, end) for b, start, end in zip(blocks, starts, ends, strict=True) if end > start]
         tails = pl.concat(
-            [frame.slice(max(start, end - LATEST_TAIL), min(end - start, LATEST_TAIL)) for start, end in bounds]
+            [frame.slice(max(start, end - LATEST_TAIL), min(end - start, LATEST_TAIL)) for _, start, end in bounds]
         )
         rows: set[int] = set()
         for i in spent:
             passes = pl.col("t").str.contains(self.signatures[i].prefilter)
-            found = dict(tails.filter(passes).group_by("b").agg(pl.col("row").last()).iter_rows())
-            for start, end in bounds:
-                b = int(frame["b"][start])
-                if b not in found:
-                    last = frame.slice(start, end - start).filter(passes)["row"]
-                    if last.len():
-                        found[b] = last[-1]
+            last_row = pl.col("row").last()
+            hits = self._with_stream(tails.filter(passes), pasted)
+            found = {(b, q): r for b, q, r in hits.group_by("b", "q").agg(last_row).iter_rows()}
+            seen_blocks = {b for b, _ in found}
+            for b, start, end in bounds:
+                if b in pasted or b not in seen_blocks:
+                    whole = self._with_stream(frame.slice(start, end - start).filter(passes), pasted)
+                    whole = whole.group_by("q").agg(last_row)
+                    found.update(((b, q), r) for q, r in whole.iter_rows())
             rows.update(int(r) for r in found.values())
         rows.difference_update(candidates["row"].to_list())
         if not rows:
             return candidates
-        extra = frame.filter(pl.col("row").is_in(sorted(rows))).with_columns(self._limited_hits.alias("sigs"))
+        extra = self._with_stream(frame.filter(pl.col("row").is_in(sorted(rows))), pasted)
+        extra = extra.with_columns(self._limited_hits.alias("sigs"))
         return pl.concat([candidates, extra.select(candidates.columns)]).sort("row")
 
     def _within_quota(self, selected: pl.DataFrame, spent: list[int]) -> pl.DataFrame:
         """The selected lines that reach Python, each with `sigs`: the signatures whose prefilter it passes.
 
-        Drops the lines only limited signatures select, beyond each (source, signature) quota: a line that no
+        Drops the lines only limited signatures select, beyond each (stream, signature) quota (STREAMS): a line that no
         unlimited prefilter selects is charged to the first limited signature whose prefilter selects it and whose
         quota is not `spent` yet (a progress bar's "Epoch 3: 40%|..." passes two), and per source only the first
         `limit` lines charged to a signature are kept. So a limited kind still yields at most
@@ -344,19 +377,20 @@ class Extractor:
             selected.with_columns(pl.col("t").str.contains(self._unlimited_union).alias("free"))
             .with_columns(pl.when(pl.col("free")).then(None).otherwise(first_limited).alias("lim"))
             .with_columns(
-                pl.int_range(pl.len(), dtype=pl.Int64).over("sid", "lim").alias("nth"),
-                pl.len().over("sid", "lim").alias("charged"),
+                pl.int_range(pl.len(), dtype=pl.Int64).over("q", "lim").alias("nth"),
+                pl.len().over("q", "lim").alias("charged"),
             )
         )
         quota = []
-        charged = marked.filter(pl.col("lim").is_not_null()).group_by("sid", "lim").len()
-        for sid, lim, count in charged.iter_rows():
-            quota.append((sid, lim, self._limits[lim] - self._seen[(sid, lim)]))
-            self._seen[(sid, lim)] += count
+        charged = marked.filter(pl.col("lim").is_not_null()).group_by("q", "lim").len()
+        for q, lim, count in charged.iter_rows():
+            quota.append((q, lim, self._limits[lim] - self._seen[(q, lim)]))
+            self._seen[(q, lim)] += count
+            self._charged.setdefault((q // STREAMS, lim), set()).add(q)
         kept = marked
         if quota:
-            left = pl.DataFrame(quota, schema={"sid": pl.Int64, "lim": pl.Int32, "left": pl.Int64}, orient="row")
-            kept = marked.join(left, on=["sid", "lim"], how="left").filter(
+            left = pl.DataFrame(quota, schema={"q": pl.Int64, "lim": pl.Int32, "left": pl.Int64}, orient="row")
+            kept = marked.join(left, on=["q", "lim"], how="left").filter(
                 pl.col("lim").is_null()
                 | (pl.col("nth") < pl.col("left"))
                 | (pl.col("lim").is_in(self._capped) & (pl.col("nth") == pl.col("charged") - 1))
@@ -376,6 +410,7 @@ class Extractor:
     def _match(
         self,
         block: Block,
+        stream: int,
         line_no: int,
         raw: str,
         sigs: list[int],
@@ -397,12 +432,13 @@ class Extractor:
                 if m is not None:
                     line.text = joined
             if m is not None:
-                self._emit(block, line_no, sig, m, line, texts, blocks, row)
+                self._emit(block, stream, line_no, sig, m, line, texts, blocks, row)
                 return
 
     def _emit(
         self,
         block: Block,
+        stream: int,
         line_no: int,
         sig: Signature,
         m: regex.Match[str],
@@ -413,12 +449,12 @@ class Extractor:
     ) -> None:
         src = block.source
         if sig.limit is not None:
-            key = (block.sid, sig.kind)
+            key = (stream, sig.kind)
             self._kind_count[key] += 1
             if self._kind_count[key] > sig.limit:
                 return
         if sig.cap is not None:
-            key = (block.sid, sig.kind)
+            key = (stream, sig.kind)
             self._kind_count[key] += 1
             if self._kind_count[key] > sig.cap:
                 self._tails[key] = (block.sid, src, line_no, sig, m, line)  # only the latest one is kept
