@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
+if TYPE_CHECKING:  # the command line imports this before polars, which it imports only once a helper is started
+    import polars as pl
 
 SCHEMA_ID = "logscope/diagnosis/v1"
 

@@ -17,10 +17,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from logscope.analysis import analyze
-from logscope.compare import diff, scan
 from logscope.errors import LogscopeError
 from logscope.outputs import write_atomic
-from logscope.rules.loader import load_rules
 
 TOOL_ERROR = 2
 # Width for output that is not a terminal (CI logs, files): rich would otherwise fold tables at 80 columns.
@@ -58,6 +56,9 @@ def scan_command(
     ] = None,
 ) -> None:
     """Analyse many runs (CI history) in parallel: which failures recur, on which nodes/GPUs, since when."""
+    from logscope.compare import scan  # imports polars: not on every start of the command line
+    from logscope.rules.loader import load_rules
+
     stderr = Console(stderr=True)
     try:
         if out is not None:
@@ -104,6 +105,8 @@ def diff_command(
     ] = None,
 ) -> None:
     """What changed between two runs: world size, versions, NCCL env, config, throughput, divergence."""
+    from logscope.compare import diff  # imports polars and jinja2: not on every start of the command line
+
     try:
         rules_dirs = [*(rules or [])]
         comparison = diff.diff_runs(analyze(run_a, rules_dirs=rules_dirs), analyze(run_b, rules_dirs=rules_dirs))

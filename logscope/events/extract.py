@@ -163,6 +163,7 @@ class Extractor:
         self._seen: Counter[tuple[int, int]] = Counter()  # (stream, limited signature) -> lines charged so far
         self._charged: dict[tuple[int, int], set[int]] = {}  # (sid, limited signature) -> streams charged to it
         self.lines: Counter[int] = Counter()  # sid -> lines fed so far (the reader does not count them)
+        self._sids = pl.Series(dtype=pl.Int64)  # the current batch's source of each block
 
     def run(self, blocks: Iterable[Block]) -> Extraction:
         self.feed(blocks)
@@ -187,39 +188,41 @@ class Extractor:
             self._batch(batch)
 
     def finish(self) -> tuple[Extraction, list[dict[str, Any]]]:
-        """What was fed, and apart from it the latest event of each capped kind past its cap (those come last)."""
+        """What was fed since the last `finish`, and apart from it the latest event of each capped kind past its cap
+        (those come last). The extractor starts afresh for the next sources: its quotas are per source anyway."""
         latest = [
             self._row(sid, src, line_no, sig.kind, sig.level, sig.phase, line, _fields(sig, m, line.text))
             for sid, src, line_no, sig, m, line in self._tails.values()
         ]
-        return Extraction(self._rows, self._contexts, self.notes), latest
+        extraction = Extraction(self._rows, self._contexts, self.notes)
+        self._rows, self._contexts, self._tails, self.notes = [], {}, {}, []
+        return extraction, latest
 
     # -- one batch of blocks: the vectorised scan
     def _batch(self, batch: list[Block]) -> None:
-        split = pl.DataFrame(
-            {
-                "b": pl.Series(range(len(batch)), dtype=pl.Int32),
-                "sid": pl.Series([b.sid for b in batch], dtype=pl.Int64),
-                "t": pl.Series([b.data for b in batch], dtype=pl.Binary).cast(pl.String),
-            }
-        ).with_columns(pl.col("t").str.split("\n"))
+        lines = pl.Series([b.data for b in batch], dtype=pl.Binary).cast(pl.String).str.split("\n")
         first_lines = []  # 1-based number of each block's first line in its source
-        for block, count in zip(batch, split["t"].list.len().to_list(), strict=True):
+        starts = []  # row of each block's first line once the blocks are exploded into lines
+        row = 0
+        for block, count in zip(batch, lines.list.len().to_list(), strict=True):
             first_lines.append(self.lines[block.sid] + 1)
             self.lines[block.sid] += count
-        lines = pl.col("t").list.len()
-        frame = (
-            # Row number of each block's first line once the blocks are exploded into lines.
-            split.with_columns((lines.cum_sum() - lines).cast(pl.Int64).alias("start"))
-            .explode("t")
-            .with_row_index("line_row")
-            .with_columns((pl.col("line_row").cast(pl.Int64) - pl.col("start")).alias("off"))
-            .drop("line_row", "start")
-        )
+            starts.append(row)
+            row += count
+        # Only the block number goes with every line: a line's source and number are worked out for the few
+        # candidates (a column more on every line costs as much as a tenth of the scan).
+        self._sids = pl.Series([b.sid for b in batch], dtype=pl.Int64)
+        frame = pl.DataFrame({"b": pl.Series(range(len(batch)), dtype=pl.Int32), "t": lines}).explode("t")
+        physical = "row"
         if any(b"\r" in b.data for b in batch):  # a scan of the text is far cheaper than splitting every line
             # A carriage return overwrites the line on a terminal (tqdm, CRLF): each segment is a logical line
             # of its own, with the physical line's number.
-            frame = frame.with_columns(pl.col("t").str.strip_chars_end("\r").str.split("\r")).explode("t")
+            physical = "physical"
+            frame = (
+                frame.with_row_index(physical)
+                .with_columns(pl.col("t").str.strip_chars_end("\r").str.split("\r"))
+                .explode("t")
+            )
         frame = frame.with_row_index("row")
         # Terminals and pastes hard-wrap; files that torchrun writes for a rank do not.
         pasted = [i for i, b in enumerate(batch) if b.source.role == "console"]
@@ -230,8 +233,9 @@ class Extractor:
             return
         texts = frame["t"]
         blocks = frame["b"]
-        for row, b, q, text, off, sigs in candidates.select("row", "b", "q", "t", "off", "sigs").iter_rows():
-            self._match(batch[b], q, first_lines[b] + off, text, sigs, texts, blocks, row)
+        found = candidates.select("row", "b", "q", "t", pl.col(physical).alias("at"), "sigs")
+        for row, b, q, text, at, sigs in found.iter_rows():
+            self._match(batch[b], q, first_lines[b] + at - starts[b], text, sigs, texts, blocks, row)
 
     def _candidates(self, frame: pl.DataFrame, batch: list[Block], pasted: set[int]) -> pl.DataFrame:
         """The lines of the batch that reach the per-line matching, each with `sigs` (see `_within_quota`).
@@ -258,30 +262,41 @@ class Extractor:
     def _candidates_of(
         self, frame: pl.DataFrame, sids: set[int], spent: list[int], blocks: list[int], pasted: set[int]
     ) -> pl.DataFrame:
-        selected = self._with_stream(frame.filter(pl.col("t").str.contains(self._union(spent))), pasted)
-        parts = []
         # A source's first batch: none of its quotas is spent, and charging a quarter of a million progress-bar
-        # refreshes costs more than the rest of the batch. The first lines spend the chatty kinds' quotas; the
-        # rest is filtered again with the narrower union, as long as that keeps narrowing it.
-        while selected.height > PROBE_ROWS and len(spent) < len(self._limits):
-            parts.append(self._within_quota(selected.head(PROBE_ROWS), spent))
+        # refreshes costs more than the rest of the batch. The first PROBE_ROWS selected lines spend the chatty
+        # kinds' quotas; the lines after them are filtered with the narrower union, as long as that keeps
+        # narrowing it. The frame is scanned in growing steps, so that the lines after a probe are scanned once,
+        # with the narrower union (which selects a subset of what the wider one selects).
+        parts = []
+        scanned = 0
+        step = 4 * PROBE_ROWS
+        pending = frame.clear()  # lines the union of the moment selected, not charged yet (all before `scanned`)
+        while len(spent) < len(self._limits):
+            while pending.height <= PROBE_ROWS and scanned < frame.height:
+                chunk = frame.slice(scanned, step)
+                scanned += chunk.height
+                step *= 2
+                pending = pl.concat([pending, chunk.filter(pl.col("t").str.contains(self._union(spent)))])
+            if pending.height <= PROBE_ROWS:
+                break
+            parts.append(self._within_quota(self._with_stream(pending.head(PROBE_ROWS), pasted), spent))
             now_spent = self._spent(sids)
-            rest = selected.slice(PROBE_ROWS)
+            pending = pending.slice(PROBE_ROWS)
             if len(now_spent) == len(spent):
-                selected = rest
                 break
             spent = now_spent
-            selected = rest.filter(pl.col("t").str.contains(self._union(spent)))
-        parts.append(self._within_quota(selected, spent))
+            pending = pending.filter(pl.col("t").str.contains(self._union(spent)))
+        rest = frame.slice(scanned).filter(pl.col("t").str.contains(self._union(spent)))
+        selected = pl.concat([pending, rest]) if pending.height else rest
+        parts.append(self._within_quota(self._with_stream(selected, pasted), spent))
         candidates = pl.concat(parts) if len(parts) > 1 else parts[0]
         spent_caps = [i for i in spent if i in self._capped]
         return self._with_latest(frame, candidates, spent_caps, blocks, pasted) if spent_caps else candidates
 
-    @staticmethod
-    def _with_stream(lines: pl.DataFrame, pasted: set[int]) -> pl.DataFrame:
-        """`lines` with their quota stream `q` (see STREAMS). Only for lines a prefilter selected: the tee-prefix
-        capture is a slow regex (captures), far too slow for every line of a console."""
-        stream = pl.col("sid") * STREAMS
+    def _with_stream(self, lines: pl.DataFrame, pasted: set[int]) -> pl.DataFrame:
+        """`lines` of the current batch with their quota stream `q` (see STREAMS). Only for lines a prefilter
+        selected: the tee-prefix capture is a slow regex (captures), far too slow for every line of a console."""
+        stream = pl.lit(self._sids).gather(pl.col("b")) * STREAMS
         if pasted:
             tee_rank = pl.col("t").str.extract(_TEE_RUST, 1).cast(pl.Int64, strict=False)
             stream = (
@@ -327,29 +342,43 @@ class Extractor:
     ) -> pl.DataFrame:
         """`candidates` plus, per block, stream and spent capped signature, the last line its prefilter passes.
 
-        Such a line is usually among a block's last lines, so those are tried first; a block where none passes,
-        and a console block (each of its ranks has its own latest line), is scanned whole for that signature alone.
+        Such a line is usually among a block's last lines, so those are tried first. The blocks where one of the
+        signatures passes none of them, and console blocks (each of their ranks has its own latest line), are
+        scanned whole, once, with the union of the signatures (a block of one source has one stream, so its last
+        line found in the tail is the one the whole scan finds).
         """
         ids = pl.Series(blocks, dtype=pl.Int32)
         starts = frame["b"].search_sorted(ids, side="left").to_list()
         ends = frame["b"].search_sorted(ids, side="right").to_list()
         bounds = [(b, start, end) for b, start, end in zip(blocks, starts, ends, strict=True) if end > start]
-        tails = pl.concat(
-            [frame.slice(max(start, end - LATEST_TAIL), min(end - start, LATEST_TAIL)) for _, start, end in bounds]
-        )
+        union = "|".join(f"(?:{self.signatures[i].prefilter})" for i in spent)
+
+        def last_rows(lines: pl.DataFrame) -> tuple[set[int], set[tuple[int, int]]]:
+            """The last row per block, stream and signature, and the (block, signature) pairs that have one."""
+            hits = self._with_stream(lines.filter(pl.col("t").str.contains(union)), pasted)
+            last = hits.group_by("b", "q").agg(
+                pl.col("row").filter(pl.col("t").str.contains(self.signatures[i].prefilter)).last().alias(str(i))
+                for i in spent
+            )
+            rows: set[int] = set()
+            found: set[tuple[int, int]] = set()
+            for b, _, *per_signature in last.iter_rows():
+                for i, r in zip(spent, per_signature, strict=True):
+                    if r is not None:
+                        rows.add(int(r))
+                        found.add((b, i))
+            return rows, found
+
+        tails = [(start, end) for b, start, end in bounds if b not in pasted]
         rows: set[int] = set()
-        for i in spent:
-            passes = pl.col("t").str.contains(self.signatures[i].prefilter)
-            last_row = pl.col("row").last()
-            hits = self._with_stream(tails.filter(passes), pasted)
-            found = {(b, q): r for b, q, r in hits.group_by("b", "q").agg(last_row).iter_rows()}
-            seen_blocks = {b for b, _ in found}
-            for b, start, end in bounds:
-                if b in pasted or b not in seen_blocks:
-                    whole = self._with_stream(frame.slice(start, end - start).filter(passes), pasted)
-                    whole = whole.group_by("q").agg(last_row)
-                    found.update(((b, q), r) for q, r in whole.iter_rows())
-            rows.update(int(r) for r in found.values())
+        found: set[tuple[int, int]] = set()
+        if tails:
+            rows, found = last_rows(
+                pl.concat([frame.slice(max(s, e - LATEST_TAIL), min(e - s, LATEST_TAIL)) for s, e in tails])
+            )
+        whole = [b for b, _, _ in bounds if b in pasted or any((b, i) not in found for i in spent)]
+        if whole:
+            rows |= last_rows(frame.filter(pl.col("b").is_in(whole)) if len(whole) < len(bounds) else frame)[0]
         rows.difference_update(candidates["row"].to_list())
         if not rows:
             return candidates
@@ -367,7 +396,9 @@ class Extractor:
         `limit` events; fewer only if many of its first lines pass the prefilter but fail the pattern. Without
         this, 40% of an NCCL_DEBUG=INFO log reaches the per-line Python code.
         """
-        if selected.height == 0 or not self._limits:
+        if selected.height == 0:  # planning the hit expressions alone costs milliseconds, on every batch
+            return selected.with_columns(pl.Series("sigs", [], dtype=pl.List(pl.Int32)))
+        if not self._limits:
             return selected.with_columns(self._all_hits)
         live_limited = [self._hit_exprs[i] for i in self._limits if i not in spent]
         if not live_limited:  # the live union passed only unlimited signatures' lines

@@ -1,15 +1,18 @@
-"""Read and extract a large input on two cores: its sources split in two, the second half in a child process.
+"""Read and extract a large input on two cores: this process and a child take groups of sources from one queue.
 
-Every quota, cap and evidence window is per source, so two extractors over two halves find the events that one
-finds over all, and merged in the right order (the halves' rows in source order, then the capped kinds' latest
-lines, which `Extractor.run` puts last) they give the same table. One corner can differ: when the very last line
-charged to a capped kind in a source fails its pattern, which earlier line counts as that kind's latest depends on
-where batches end, and a half's batches end at the split.
+Every quota, cap and evidence window is per source, so extracting groups of consecutive sources one by one, in any
+process and in any order, finds the events that one pass over all sources finds; put back in group order (each
+group's rows, then every group's capped kinds' latest lines, which `Extractor.run` puts last) they give the same
+table. Groups are fixed by the input alone, not by who reads them, so the result does not depend on timing. One
+corner can differ from a single pass: when the very last line charged to a capped kind in a source fails its
+pattern, which earlier line counts as that kind's latest depends on where batches end, and a group ends a batch.
 
-The child is a fresh interpreter (fork is unsafe once polars' threads exist): it discovers the input again, since
-openers do not pickle, checks that it found the same sources, and sends its half back as JSON lines over a pipe
-(events are JSON values already: that is what the `fields` column holds). If it fails in any way, its half is read
-here instead.
+The queue hands out the largest groups first, so the last ones are small and both processes finish together
+although the child starts later. The child (`helper.Helper`) is a fresh interpreter, started before this process
+imports polars (fork is unsafe once polars' threads exist): it discovers the input again, since openers do not
+pickle, checks that it found the same sources, asks for a group at a time over its stdin and sends each group's
+events back as a JSON line over its stdout (events are JSON values already: that is what the `fields` column
+holds). A group it took and did not send back, because it failed in any way, is read here instead.
 """
 
 from __future__ import annotations
@@ -18,22 +21,18 @@ import gc
 import json
 import os
 import queue
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import logscope
 from logscope.events.catalogue import catalogue
 from logscope.events.extract import Extraction, Extractor
+from logscope.events.helper import Group, Helper, groups
 from logscope.ingest.read import Block, Reader, SourceStats
 from logscope.ingest.sources import Inventory, Source, discover
-
-# Below this the second interpreter (about 0.6 s to start and import polars) would cost more than it saves.
-PARALLEL_MIN_BYTES = 128 << 20
 
 Progress = Callable[[int], None] | None
 
@@ -50,12 +49,12 @@ class Extracted:
 
 @dataclass
 class _Part:
-    """One half: its extraction without the capped kinds' latest lines, which come after both halves."""
+    """One group: its extraction without the capped kinds' latest lines, which come after all groups."""
 
     extraction: Extraction
     latest: list[dict[str, Any]]
     stats: list[SourceStats]
-    notes: list[str]  # the reader's notes on this half
+    notes: list[str]  # the reader's notes on this group
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,55 +77,64 @@ class _Part:
         )
 
 
-def extract(inventory: Inventory, path: Path, follow_symlinks: bool, progress: Progress) -> Extracted:
-    """Read every source of `inventory` (discovered from `path`) and extract its events."""
-    split = _split_point(inventory)
-    if split is None:
+def extract(
+    inventory: Inventory, path: Path, follow_symlinks: bool, progress: Progress, helper: Helper | None
+) -> Extracted:
+    """Read every source of `inventory` (discovered from `path`) and extract its events, with `helper` (started
+    by `Helper.start_for(inventory)`) if there is one."""
+    found = groups(inventory) if helper is not None else None
+    if helper is None or found is None:
         reader = Reader(inventory)
-        extraction, latest = _extract(reader, 0, progress)
+        extractor = Extractor(catalogue())
+        extractor.feed(_counted(reader.blocks(), 0, progress))
+        _count_lines(reader.stats, 0, extractor)
+        extraction, latest = extractor.finish()
         extraction.rows.extend(latest)
         return Extracted(extraction, reader.sources, reader.stats, reader.notes)
-    child = _Child(path, follow_symlinks, inventory, split)
-    try:
-        head = _read_part(_slice(inventory, 0, split), 0, child.forwarding(progress))
-        tail = child.result(progress) or _read_part(_slice(inventory, split, None), split, progress)
-    finally:
-        child.stop()
+    claims = _Claims(inventory, found)
+    child = _Child(helper, path, follow_symlinks, inventory, claims)
+    extractor = Extractor(catalogue())
+    parts: dict[int, _Part] = {}
+    forwarding = child.forwarding(progress)
+    while (k := claims.take(for_child=False)) is not None:
+        parts[k] = _read_group(inventory, found[k], extractor, forwarding)
+    parts |= child.result(progress)
+    for k in sorted(claims.taken_by_child - parts.keys()):  # the child failed before sending these back
+        parts[k] = _read_group(inventory, found[k], extractor, progress)
+    ordered = [parts[k] for k in range(len(found))]
     extraction = Extraction(
-        head.extraction.rows + tail.extraction.rows + head.latest + tail.latest,
-        head.extraction.contexts | tail.extraction.contexts,
-        head.extraction.notes + tail.extraction.notes,
+        [row for part in ordered for row in part.extraction.rows] + [row for part in ordered for row in part.latest],
+        {key: window for part in ordered for key, window in part.extraction.contexts.items()},
+        [note for part in ordered for note in part.extraction.notes],
     )
     return Extracted(
         extraction,
         [src for src, _ in inventory.sources],
-        head.stats + tail.stats,
-        inventory.notes + head.notes + tail.notes,
+        [st for part in ordered for st in part.stats],
+        inventory.notes + [note for part in ordered for note in part.notes],
     )
 
 
-def _split_point(inventory: Inventory) -> int | None:
-    """Where the second half starts, or None when the input is read here alone: small, one source, one core, or
-    archive members (an archive's decompression limit is shared by its members, so one reader must count them)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if cores < 2 or len(inventory.sources) < 2 or inventory.tar_archives:
-        return None
-    if any(src.archive is not None or src.size is None for src, _ in inventory.sources):
-        return None
-    sizes = [src.size or 0 for src, _ in inventory.sources]
-    total = sum(sizes)
-    if total < PARALLEL_MIN_BYTES:
-        return None
-    done = 0
-    for i, size in enumerate(sizes):
-        if done + size / 2 >= total / 2:
-            return min(max(i, 1), len(sizes) - 1)
-        done += size
-    return len(sizes) - 1
+class _Claims:
+    """The groups not taken yet, largest first; this process and the child's listener take from it."""
 
+    def __init__(self, inventory: Inventory, groups: list[Group]) -> None:
+        sizes = [sum(src.size or 0 for src, _ in inventory.sources[a:b]) for a, b in groups]
+        self.groups = groups
+        self._order = sorted(range(len(groups)), key=lambda k: (-sizes[k], k))
+        self._next = 0
+        self._lock = threading.Lock()
+        self.taken_by_child: set[int] = set()
 
-def _slice(inventory: Inventory, start: int, stop: int | None) -> Inventory:
-    return Inventory(inventory.root, inventory.sources[start:stop], [], [])
+    def take(self, for_child: bool) -> int | None:
+        with self._lock:
+            if self._next == len(self._order):
+                return None
+            k = self._order[self._next]
+            self._next += 1
+            if for_child:
+                self.taken_by_child.add(k)
+            return k
 
 
 def _counted(blocks: Iterator[Block], first_sid: int, progress: Progress) -> Iterator[Block]:
@@ -136,107 +144,92 @@ def _counted(blocks: Iterator[Block], first_sid: int, progress: Progress) -> Ite
         yield replace(block, sid=block.sid + first_sid) if first_sid else block
 
 
-def _extract(reader: Reader, first_sid: int, progress: Progress) -> tuple[Extraction, list[dict[str, Any]]]:
-    """The extraction and the capped kinds' latest events (see `Extractor.finish`); fills in each source's line
-    count, which the extractor keeps."""
-    extractor = Extractor(catalogue())
-    extractor.feed(_counted(reader.blocks(), first_sid, progress))
-    for sid, stats in enumerate(reader.stats, first_sid):
-        stats.lines = extractor.lines[sid]
-    return extractor.finish()
+def _count_lines(stats: list[SourceStats], first_sid: int, extractor: Extractor) -> None:
+    """Each source's line count, which the extractor keeps (it splits the lines anyway)."""
+    for sid, st in enumerate(stats, first_sid):
+        st.lines = extractor.lines[sid]
 
 
-def _read_part(inventory: Inventory, first_sid: int, progress: Progress) -> _Part:
-    reader = Reader(inventory)
-    extraction, latest = _extract(reader, first_sid, progress)
+def _read_group(inventory: Inventory, group: Group, extractor: Extractor, progress: Progress) -> _Part:
+    start, stop = group
+    reader = Reader(Inventory(inventory.root, inventory.sources[start:stop], [], []))
+    extractor.feed(_counted(reader.blocks(), start, progress))
+    _count_lines(reader.stats, start, extractor)
+    extraction, latest = extractor.finish()
     return _Part(extraction, latest, reader.stats, reader.notes)
 
 
 class _Child:
-    """The second half, read by `python -c 'from logscope.events.parallel import child_main; child_main()'`."""
+    """The helper's side of the work, seen from here: a thread answers its claims and collects its groups."""
 
-    def __init__(self, path: Path, follow_symlinks: bool, inventory: Inventory, split: int) -> None:
-        package_root = str(Path(logscope.__file__).resolve().parents[1])  # the same logscope, wherever it lives
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-        self.messages: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self.final: tuple[str, Any] | None = None  # ("done", _Part) or ("failed", why)
-        self.proc: subprocess.Popen[bytes] | None = None
-        request = {"path": str(path), "follow_symlinks": follow_symlinks, "split": split}
-        request["expected"] = [src.path for src, _ in inventory.sources]
+    def __init__(self, helper: Helper, path: Path, follow_symlinks: bool, inventory: Inventory, claims: _Claims):
+        self.helper = helper
+        self.claims = claims
+        self.progress: queue.Queue[int | None] = queue.Queue()  # None: the child is done (or failed)
+        self.parts: dict[int, _Part] = {}
+        self.finished = False
+        request = {
+            "path": str(path),
+            "follow_symlinks": follow_symlinks,
+            "groups": claims.groups,
+            "expected": [src.path for src, _ in inventory.sources],
+        }
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", "from logscope.events.parallel import child_main; child_main()"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env=env,
-            )
-            assert self.proc.stdin is not None and self.proc.stdout is not None
-            with self.proc.stdin:
-                self.proc.stdin.write(json.dumps(request).encode())
-        except OSError as exc:  # no interpreter to start, or it died at once: the half is read here
-            self.final = ("failed", str(exc))
+            helper.send({"request": request})
+        except OSError:  # it died at once: every group is read here
+            self.finished = True
             return
-        threading.Thread(target=self._listen, args=(self.proc.stdout,), daemon=True).start()
+        threading.Thread(target=self._listen, daemon=True).start()
 
-    def _listen(self, stream: IO[bytes]) -> None:
+    def _listen(self) -> None:
         try:
-            for line in stream:
-                message = json.loads(line)
+            for message in self.helper.messages():
                 if "progress" in message:
-                    self.messages.put(("progress", message["progress"]))
-                    continue
-                if "done" in message:
-                    self.messages.put(("done", _Part.from_json(message["done"])))
-                else:
-                    self.messages.put(("failed", str(message.get("failed"))))
-                return
-            self.messages.put(("failed", "the child exited without its half"))
-        except Exception as exc:  # it wrote something else: its half is read here
-            self.messages.put(("failed", f"{type(exc).__name__}: {exc}"))
+                    self.progress.put(message["progress"])
+                elif "claim" in message:
+                    self.helper.send({"group": self.claims.take(for_child=True)})
+                elif "part" in message:
+                    self.parts[message["group"]] = _Part.from_json(message["part"])
+                else:  # "done" or "failed": what it sent back stands, the rest is read here
+                    return
+        except Exception:  # it wrote something else, or its stdin closed: what it did not send back is read here
+            return
+        finally:
+            self.progress.put(None)
 
     def forwarding(self, progress: Progress) -> Progress:
-        """A progress callback for the first half that also passes on the child's progress, without waiting."""
+        """A progress callback for this process's groups that also passes on the child's progress, without
+        waiting."""
         if progress is None:
             return None
 
         def report(n: int) -> None:
             progress(n)
-            while self.final is None:
+            while not self.finished:
                 try:
-                    message = self.messages.get_nowait()
+                    self._take(self.progress.get_nowait(), progress)
                 except queue.Empty:
                     return
-                self._take(message, progress)
 
         return report
 
-    def _take(self, message: tuple[str, Any], progress: Progress) -> None:
-        if message[0] != "progress":
-            self.final = message
+    def _take(self, message: int | None, progress: Progress) -> None:
+        if message is None:
+            self.finished = True
         elif progress is not None:
-            progress(message[1])
+            progress(message)
 
-    def result(self, progress: Progress) -> _Part | None:
-        """The child's half once it is done (passing on its progress meanwhile); None if it failed."""
-        while self.final is None:
-            self._take(self.messages.get(), progress)
-        kind, payload = self.final
-        if self.proc is None or self.proc.wait() != 0:
-            return None
-        return payload if kind == "done" else None
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+    def result(self, progress: Progress) -> dict[int, _Part]:
+        """The groups the child sent back, once it is done (passing on its progress meanwhile)."""
+        while not self.finished:
+            self._take(self.progress.get(), progress)
+        self.helper.wait()
+        return self.parts
 
 
 def child_main() -> None:
-    """The child's side: read the request from stdin, send progress and then the half (or why not) to stdout."""
+    """The child's side: read the request from stdin, then claim groups and send each one back on stdout, with
+    progress, until no group is left."""
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print must not corrupt the message stream
     gc.disable()  # as in analysis: many long-lived dicts, no cycles
@@ -245,11 +238,23 @@ def child_main() -> None:
         out.write(json.dumps(message).encode() + b"\n")  # ASCII escapes: a message is exactly one line
         out.flush()
 
-    request = json.loads(sys.stdin.buffer.read())
+    def answer() -> int | None:
+        group: int | None = json.loads(sys.stdin.buffer.readline())["group"]
+        return group
+
+    request = json.loads(sys.stdin.buffer.readline())["request"]
     inventory = discover(Path(request["path"]), follow_symlinks=request["follow_symlinks"])
     if [src.path for src, _ in inventory.sources] != request["expected"]:
         send({"failed": "the input changed between the two discoveries"})
         return
-    split = request["split"]
-    part = _read_part(_slice(inventory, split, None), split, lambda n: send({"progress": n}))
-    send({"done": part.to_json()})
+    groups = [(int(start), int(stop)) for start, stop in request["groups"]]
+    extractor = Extractor(catalogue())
+    # One group at a time, none reserved ahead: a reserved group would be the last one to end.
+    while True:
+        send({"claim": True})
+        k = answer()
+        if k is None:
+            break
+        part = _read_group(inventory, groups[k], extractor, lambda n: send({"progress": n}))
+        send({"group": k, "part": part.to_json()})
+    send({"done": True})
