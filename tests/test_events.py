@@ -7,7 +7,7 @@ import json
 import polars as pl
 import pytest
 
-from logscope.events.catalogue import catalogue, grep_patterns
+from logscope.events.catalogue import Signature, catalogue, grep_patterns
 from logscope.ingest.normalise import normalise
 from tests.conftest import analysed
 
@@ -148,3 +148,11 @@ def test_normalise_strips_stacked_prefixes() -> None:
 def test_grep_patterns_come_from_the_catalogue() -> None:
     pats = grep_patterns()
     assert len(pats) == len(catalogue().signatures) and all(isinstance(p, str) and p for p in pats)
+
+
+@pytest.mark.parametrize("sig", catalogue().signatures, ids=lambda s: s.kind)
+def test_every_signature_compiles_in_both_engines(sig: Signature) -> None:
+    # Patterns compile on first use: a broken one must fail here, not on the first input that reaches it.
+    assert sig.pattern.pattern == sig.pattern_text
+    assert sig.prefilter_re.pattern == sig.prefilter
+    pl.DataFrame({"t": ["x"]}).select(pl.col("t").str.contains(sig.prefilter))  # polars' Rust regex, as the scan

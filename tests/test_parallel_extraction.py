@@ -3,6 +3,7 @@ pass, whoever reads which group, and also when the helper fails."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import time
@@ -72,7 +73,7 @@ def test_groups_are_consecutive_runs_of_sources(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(helper, "GROUP_BYTES", max(sizes) + 1)
     groups = helper.groups(inventory)
     assert groups is not None and groups[0][0] == 0 and groups[-1][1] == len(sizes)
-    assert all(a[1] == b[0] for a, b in zip(groups, groups[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(groups))
     assert all(sum(sizes[a:b]) >= helper.GROUP_BYTES for a, b in groups[:-1])
     assert len(groups) < len(sizes)  # small sources share a group
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 
 import regex
 
 from logscope import safeyaml
+from logscope.events.literals import Literals, required_literals
 
 LEVELS = ("benign", "info", "warning", "error")
 _KEYS = {"kind", "level", "phase", "prefilter", "pattern", "wrapped", "limit", "cap", "source"}
@@ -20,11 +21,29 @@ class Signature:
     level: str
     phase: str | None
     prefilter: str
-    pattern: regex.Pattern[str]
-    prefilter_re: regex.Pattern[str]
+    pattern_text: str
     wrapped: bool
     limit: int | None
     cap: int | None
+
+    # Compiled on first use: most signatures never match a given input, and compiling all of them is a fifth of
+    # a process's start (the scan itself uses `prefilter` in polars).
+    @cached_property
+    def pattern(self) -> regex.Pattern[str]:
+        return regex.compile(self.pattern_text)
+
+    @cached_property
+    def prefilter_re(self) -> regex.Pattern[str]:
+        return regex.compile(self.prefilter)
+
+    @cached_property
+    def literals(self) -> Literals | None:
+        """Strings one of which every line that passes the prefilter contains (None: no such set is known)."""
+        return required_literals(self.prefilter)
+
+    def may_pass(self, text: str) -> bool:
+        """False only if the prefilter passes on no line of `text` (no required literal occurs in it)."""
+        return self.literals is None or any(literal in text for literal in self.literals)
 
 
 @dataclass(frozen=True)
@@ -63,8 +82,7 @@ def catalogue() -> Catalogue:
                 level=level,
                 phase=str(entry["phase"]) if entry.get("phase") else None,
                 prefilter=prefilter,
-                pattern=regex.compile(str(entry["pattern"])),
-                prefilter_re=regex.compile(prefilter),
+                pattern_text=str(entry["pattern"]),
                 wrapped=bool(entry.get("wrapped", False)),
                 limit=int(str(limit)) if limit is not None else None,
                 cap=int(str(cap)) if cap is not None else None,
