@@ -7,7 +7,6 @@ import json
 import polars as pl
 import pytest
 
-import logscope.events.extract as extract_module
 from logscope.events.catalogue import Signature, catalogue, grep_patterns
 from logscope.ingest.normalise import normalise
 from tests.conftest import analysed
@@ -157,43 +156,3 @@ def test_every_signature_compiles_in_both_engines(sig: Signature) -> None:
     assert sig.pattern.pattern == sig.pattern_text
     assert sig.prefilter_re.pattern == sig.prefilter
     pl.DataFrame({"t": ["x"]}).select(pl.col("t").str.contains(sig.prefilter))  # polars' Rust regex, as the scan
-
-
-SPLIT_CASES = [
-    *(b"", b"\n", b"a", b"a\n", b"a\n\n", b"\na", b"a\nb", b"x\xc3\xa9y\n\xe2\x96\x8f", b"a\x00b\nc", b'"q\nq"'),
-    # Text that starts like a compressed stream (zlib, bzip2): polars' line reader would inflate it.
-    *(b"x^2 loss\nnext", b"x\x01\nnext", b"BZh91AY&SY\n"),
-]
-CR_CASES = [b"a\r\nb", b"a\rb\r", b"a\r\r\nb", b"\r\n"]
-
-
-@pytest.fixture(params=["split", "line reader"])
-def both_splitters(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both ways `split_blocks` splits a block: the batch split, and polars' line reader (for every block)."""
-    if request.param == "line reader":
-        monkeypatch.setattr(extract_module, "READ_LINES_MIN", 0)
-
-
-@pytest.mark.parametrize("data", SPLIT_CASES)
-@pytest.mark.usefixtures("both_splitters")
-def test_split_blocks_is_a_split_at_line_ends(data: bytes) -> None:
-    lines, counts = extract_module.split_blocks([data])
-    assert lines.to_list() == data.decode().split("\n")
-    assert counts == [len(lines)]
-
-
-def test_split_blocks_keeps_the_order_of_large_and_small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(extract_module, "READ_LINES_MIN", 8)
-    blocks = [b"long block one\nl2", b"s1\ns2", b"x^ starts like zlib\n", b"s3", b"another long one"]
-    lines, counts = extract_module.split_blocks(blocks)
-    assert lines.to_list() == [line for b in blocks for line in b.decode().split("\n")]
-    assert counts == [len(b.decode().split("\n")) for b in blocks]
-
-
-@pytest.mark.parametrize("data", CR_CASES)
-@pytest.mark.usefixtures("both_splitters")
-def test_split_blocks_may_drop_only_carriage_returns_that_end_a_line(data: bytes) -> None:
-    got = extract_module.split_blocks([data])[0].to_list()
-    want = data.decode().split("\n")
-    assert len(got) == len(want)
-    assert all(w.startswith(g) and w[len(g) :].strip("\r") == "" for g, w in zip(got, want, strict=True))

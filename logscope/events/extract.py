@@ -33,19 +33,6 @@ LATEST_TAIL = 64  # a block's last lines, where the latest line of a spent cappe
 # the chattiest ranks spend it and drop the later lines of all, so a rank would look as if it stopped early.
 STREAMS = 1 << 16
 _TEE_RUST = r"^\[[A-Za-z_][\w.-]*?(\d+)\]:"
-READ_LINES_MIN = 4 << 20  # blocks from this size are split by polars' line reader (see `split_blocks`)
-# Magic numbers polars' line reader takes for a compressed stream: gzip, zlib, zstd, bzip2, xz, lz4.
-_COMPRESSED = (
-    b"\x1f\x8b",
-    b"x\x01",
-    b"x^",
-    b"x\x9c",
-    b"x\xda",
-    b"(\xb5/\xfd",
-    b"BZh",
-    b"\xfd7zXZ",
-    b"\x04\x22\x4d\x18",
-)
 # What a new line looks like; a wrapped continuation does not (it starts mid-word or mid-number).
 _LINE_START = regex.compile(
     r"\s*(?:[\[(]|Traceback|File \"|\d{4}-\d\d-\d\d|[DIWEC]\d{4} |[\w.-]+:\d+:\d+ |frame #|Exception raised|"
@@ -71,52 +58,6 @@ class Extraction:
     @property
     def events(self) -> pl.DataFrame:
         return events_frame(self.rows)
-
-
-def split_blocks(blocks: list[bytes]) -> tuple[pl.Series, list[int]]:
-    """Every block's lines, in order, and how many each has: as `data.decode().split("\n")` has them, but for a
-    line end "\r\n" (and a last "\r"), whose "\r" may be gone (every "\r" at a line's end is stripped later
-    anyway). Large blocks go through polars' line reader (twice as fast as a cast and a split, but ~1 ms a call),
-    the others are split together."""
-    parts: list[pl.Series] = []
-    counts: list[int] = []
-    pending: list[bytes] = []
-
-    def split_pending() -> None:
-        if pending:
-            split = pl.Series(pending, dtype=pl.Binary).cast(pl.String).str.split("\n")
-            counts.extend(split.list.len().to_list())
-            parts.append(split.explode().rename("t"))
-            pending.clear()
-
-    for data in blocks:
-        lines = _read_lines(data) if len(data) >= READ_LINES_MIN else None
-        if lines is None:
-            pending.append(data)
-            continue
-        split_pending()
-        parts.append(lines)
-        counts.append(len(lines))
-    split_pending()
-    return pl.concat(parts, rechunk=False), counts
-
-
-def _read_lines(data: bytes) -> pl.Series | None:
-    """`data`'s lines by polars' line reader, or None where it cannot be trusted: it takes data that starts like a
-    compressed stream for one (a block starting "x^" fails, "x\x9c" reads as no lines), so such a block, and any
-    whose lines do not add up to its bytes, is left to the split."""
-    if not hasattr(pl, "read_lines") or data.startswith(_COMPRESSED):
-        return None
-    try:
-        lines = pl.read_lines(data, name="t").to_series()
-    except (pl.exceptions.PolarsError, OSError):
-        return None
-    if not data or data.endswith(b"\n"):  # the reader ends the last line there; `split` does not
-        lines = lines.append(pl.Series("t", [""]))
-    text_bytes = len(data) - (len(lines) - 1)  # without the line ends
-    if b"\r" in data:
-        text_bytes -= data.count(b"\r\n") + data.endswith(b"\r")
-    return lines if lines.str.len_bytes().sum() == text_bytes else None
 
 
 def _fields(sig: Signature, m: regex.Match[str], text: str) -> dict[str, Any]:
@@ -260,11 +201,11 @@ class Extractor:
 
     # -- one batch of blocks: the vectorised scan
     def _batch(self, batch: list[Block]) -> None:
-        lines, counts = split_blocks([b.data for b in batch])
+        lines = pl.Series([b.data for b in batch], dtype=pl.Binary).cast(pl.String).str.split("\n")
         first_lines = []  # 1-based number of each block's first line in its source
         starts = []  # row of each block's first line once the blocks are exploded into lines
         row = 0
-        for block, count in zip(batch, counts, strict=True):
+        for block, count in zip(batch, lines.list.len().to_list(), strict=True):
             first_lines.append(self.lines[block.sid] + 1)
             self.lines[block.sid] += count
             starts.append(row)
@@ -272,8 +213,7 @@ class Extractor:
         # Only the block number goes with every line: a line's source and number are worked out for the few
         # candidates (a column more on every line costs as much as a tenth of the scan).
         self._sids = pl.Series([b.sid for b in batch], dtype=pl.Int64)
-        numbers = pl.DataFrame({"b": pl.Series(range(len(batch)), dtype=pl.Int32), "n": counts})
-        frame = pl.DataFrame({"b": numbers.select(pl.col("b").repeat_by("n").explode())["b"], "t": lines})
+        frame = pl.DataFrame({"b": pl.Series(range(len(batch)), dtype=pl.Int32), "t": lines}).explode("t")
         physical = "row"
         if any(b"\r" in b.data for b in batch):  # a scan of the text is far cheaper than splitting every line
             # A carriage return overwrites the line on a terminal (tqdm, CRLF): each segment is a logical line
