@@ -59,13 +59,15 @@ class Helper:
     """`python -c 'from logscope.events.parallel import child_main; child_main()'`, talking JSON lines: one
     message per line each way (ASCII escapes, so a message never holds a line end)."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], groups: list[Group]) -> None:
         self.proc = proc
+        self.groups = groups  # how the input it was started for is shared out
 
     @classmethod
     def start_for(cls, inventory: Inventory) -> Helper | None:
         """A helper started now, if `inventory` is worth reading in two processes and one can be started."""
-        if groups(inventory) is None:
+        shared = groups(inventory)
+        if shared is None:
             return None
         package_root = str(Path(logscope.__file__).resolve().parents[1])  # the same logscope, wherever it lives
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
@@ -85,7 +87,7 @@ class Helper:
             )
         except OSError:  # no interpreter to start: the input is read here alone
             return None
-        return cls(proc)
+        return cls(proc, shared)
 
     def send(self, message: dict[str, Any]) -> None:
         """Raises OSError (BrokenPipeError) once the helper is gone."""

@@ -30,7 +30,7 @@ from typing import Any
 
 from logscope.events.catalogue import catalogue
 from logscope.events.extract import Extraction, Extractor
-from logscope.events.helper import Group, Helper, groups
+from logscope.events.helper import Group, Helper
 from logscope.ingest.read import Block, Reader, SourceStats
 from logscope.ingest.sources import Inventory, Source, discover
 
@@ -82,8 +82,7 @@ def extract(
 ) -> Extracted:
     """Read every source of `inventory` (discovered from `path`) and extract its events, with `helper` (started
     by `Helper.start_for(inventory)`) if there is one."""
-    found = groups(inventory) if helper is not None else None
-    if helper is None or found is None:
+    if helper is None:
         reader = Reader(inventory)
         extractor = Extractor(catalogue())
         extractor.feed(_counted(reader.blocks(), 0, progress))
@@ -91,6 +90,7 @@ def extract(
         extraction, latest = extractor.finish()
         extraction.rows.extend(latest)
         return Extracted(extraction, reader.sources, reader.stats, reader.notes)
+    found = helper.groups
     claims = _Claims(inventory, found)
     child = _Child(helper, path, follow_symlinks, inventory, claims)
     extractor = Extractor(catalogue())
