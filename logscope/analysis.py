@@ -55,6 +55,7 @@ def _analyze(
     # The stages import polars (0.2 s, and as long again for the rest): imported only now, while the helper
     # started above imports them too.
     from logscope.align import align
+    from logscope.align.state import looks_like_a_log
     from logscope.events.parallel import extract
     from logscope.rules.engine import evaluate
     from logscope.rules.loader import load_rules
@@ -70,6 +71,11 @@ def _analyze(
             raise InputError(f"nothing that looks like a log under {path}{detail}")
         raise InputError(f"no readable log lines in {path}{detail}")
     aligned = align(extraction, read.sources, read.stats)
+    if not looks_like_a_log(aligned.rows):
+        raise InputError(
+            f"nothing that looks like a training or launcher log in {path}: no line of torchrun, torch.distributed, "
+            "NCCL, gloo, a training loop or a Python traceback was recognised"
+        )
     findings = evaluate(rules, aligned, str(path))
     verdict, checklist = decide(findings, aligned, str(path))
     diagnosis = {

@@ -16,6 +16,8 @@ import polars as pl
 import regex
 
 from logscope.align.model import RANK_SCHEMA, Aligned
+from logscope.align.state import AGENT_KINDS, EARLY_PHASES, build_states, completion
+from logscope.events.catalogue import catalogue
 from logscope.events.extract import Extraction
 from logscope.events.table import events_frame
 from logscope.ingest.read import SourceStats
@@ -30,8 +32,8 @@ IDENTITY_KINDS = {"config_values", "rank_identity", "pg_initialized", "pg_nccl_o
 WORLD_SIZE_KINDS = IDENTITY_KINDS
 # Lines that name the rank that prints them (rsl_rl: "Synchronizing parameters for rank 11...").
 OWN_RANK_KINDS = IDENTITY_KINDS | {"sync_start"}
-# Lines the elastic agent prints about a worker; they do not make the worker's own output visible.
-AGENT_KINDS = {"child_failure", "worker_failed", "worker_sigterm_sent", "worker_force_killed"}
+# Kinds whose lines name the rank they are about, and the field that holds it (signatures.yaml `names_rank`).
+NAMES_RANK = {s.kind: s.names_rank for s in catalogue().signatures if s.names_rank}
 # Torch's uninitialised "last completed" values (torch_logs.md §3.3) are absurd; treat them as unknown.
 MAX_SANE_SEQ = 1 << 40
 
@@ -55,6 +57,16 @@ def _int(value: Any) -> int | None:
 def _int_list(value: Any) -> list[int]:
     text = str(value or "").strip().strip("[]")
     return [int(x) for x in text.replace(" ", "").split(",") if x.strip().lstrip("-").isdigit()]
+
+
+def _int_ranges(value: Any) -> list[int]:
+    """srun's task lists: "3,7", "9-10,12-15"."""
+    out: list[int] = []
+    for part in str(value or "").split(","):
+        low, _, high = part.strip().partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            out.extend(range(int(low), int(high or low) + 1) if int(high or low) - int(low) < 65536 else [])
+    return out
 
 
 def _blank_rank(rank: int) -> dict[str, Any]:
@@ -295,6 +307,45 @@ class _Builder:
             if row["kind"] in ("nccl_watchdog_timeout", "nccl_blocking_wait_timeout") and row["pg"] is None:
                 row["pg"] = pg_of.get((row["rank"], row["sid"], row["seq"] or -1))
 
+    def analysis_tool_tracebacks(self) -> None:
+        """A traceback raised inside a tool that reads the run afterwards (PyTorch's Flight Recorder analyser,
+        fr_trace, saved beside the logs) tells of that tool, not of the run: its lines are left out, with a note."""
+        tool: set[int] = set()
+        header: dict[str, Any] | None = None
+        frames: list[dict[str, Any]] = []
+        for row in sorted(self.rows, key=lambda r: (r["sid"], r["line"])):
+            if row["kind"] == "traceback_start":
+                header, frames = row, [row]
+            elif header is not None and row["sid"] == header["sid"]:
+                frames.append(row)
+                if row["level"] == "error":
+                    if any(f["kind"] == "analysis_tool_frame" for f in frames):
+                        tool.update(id(f) for f in frames)
+                        where = f"{self.sources[row['sid']].path}:{row['line']}"
+                        self.notes.append(f"{where}: the Flight Recorder analyser's own error, not the run's: left out")
+                    header, frames = None, []
+            else:
+                header, frames = None, []
+        if tool:
+            self.rows = [r for r in self.rows if id(r) not in tool]
+
+    def launcher_named_ranks(self) -> None:
+        """A launcher's line about a process names its rank ("process 2 terminated", "srun: error: h: task 5"): the
+        line is about that rank, whichever process printed it. A line that names several ranks keeps them in its
+        `ranks` field and no rank of its own."""
+        for row in self.rows:
+            field_name = NAMES_RANK.get(row["kind"])
+            if field_name is None:
+                continue
+            named = _int(row["_f"].get(field_name))
+            ranks = _int_ranges(row["_f"].get("ranks"))
+            if named is None and len(ranks) == 1:
+                named = ranks[0]
+            if ranks and len(ranks) > 1:
+                row["rank"] = None
+            elif named is not None:
+                row["rank"] = named
+
     def worker_failed_ranks(self) -> None:
         """torchrun's `failed (exitcode: N) local_rank: L` names a local rank of the agent's own node."""
         for row in self.rows:
@@ -529,7 +580,9 @@ class _Builder:
         self.assign_attempts()
         self.child_failures()
         self.worker_failed_ranks()
+        self.launcher_named_ranks()
         self.propagate_process_groups()
+        self.analysis_tool_tracebacks()
         self.order()
         self.assign_phases()
         per, _ = self.rank_table()
@@ -544,7 +597,26 @@ class _Builder:
             rank_rows.append(row)
         ranks = pl.DataFrame(rank_rows, schema=RANK_SCHEMA) if rank_rows else pl.DataFrame(schema=RANK_SCHEMA)
         events = events_frame(self.rows)
-        return Aligned(events, self.rows, ranks, job, self.sources, self.stats, self.contexts, self.notes)
+        # A rank's whole output is here when it comes from its own file in a torchrun tree, or its lines hold the
+        # start of its run (a console capture from the launch on, not a pasted cut of one).
+        complete = {
+            row["rank"]
+            for row in self.rows
+            if row["rank"] is not None and (row["node"] is not None or row["phase"] in EARLY_PHASES)
+        }
+        states = build_states(self.rows, rank_rows, complete)
+        return Aligned(
+            events,
+            self.rows,
+            ranks,
+            job,
+            self.sources,
+            self.stats,
+            self.contexts,
+            self.notes,
+            states,
+            completion(states, job, self.rows),
+        )
 
 
 def align(extraction: Extraction, sources: list[Source], stats: list[SourceStats]) -> Aligned:

@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from logscope.align.state import Completion, RankState
 from logscope.ingest.read import SourceStats
 from logscope.ingest.sources import Source
 
@@ -21,6 +22,8 @@ class Aligned:
     stats: list[SourceStats]
     contexts: dict[tuple[int, int], list[tuple[int, str]]]
     notes: list[str] = field(default_factory=list)
+    states: dict[int, RankState] = field(default_factory=dict)  # per-rank state model (align/state.py)
+    completion: Completion | None = None  # whether the logs prove the run finished (align/state.py)
 
     def rank_rows(self) -> list[dict[str, Any]]:
         return self.ranks.to_dicts()

@@ -12,7 +12,33 @@ from logscope import safeyaml
 from logscope.events.literals import Literals, required_literals
 
 LEVELS = ("benign", "info", "warning", "error")
-_KEYS = {"kind", "level", "phase", "prefilter", "pattern", "wrapped", "limit", "cap", "source"}
+_KEYS = {
+    "kind",
+    "level",
+    "phase",
+    "prefilter",
+    "pattern",
+    "wrapped",
+    "limit",
+    "cap",
+    "source",
+    "tags",
+    "names_rank",
+    "requires_level",
+    "examples",
+}
+# Families of kinds that the reasoning groups by (rules/api.py derives its kind sets from them).
+TAGS = (
+    "comm",  # the communication layer reports a failure (NCCL, gloo, sockets)
+    "remote",  # ... because a peer went away: a consequence of another rank's failure
+    "timeout",  # a collective or barrier timed out
+    "rendezvous",  # the world could not form (torchrun rendezvous, c10d store)
+    "oom",
+    "crash",  # a process failed by itself (exception, signal, fatal error)
+    "exit",  # a line about a process's exit (code or signal), often printed by a launcher
+    "teardown",  # the launcher or watchdog tearing processes down after a failure
+    "generic",  # a catch-all line: only the fallback stage uses it
+)
 
 
 @dataclass(frozen=True)
@@ -25,6 +51,10 @@ class Signature:
     wrapped: bool
     limit: int | None
     cap: int | None
+    tags: frozenset[str] = frozenset()
+    names_rank: str | None = None  # field holding the rank a launcher's line is about ("process rank 3 exited")
+    requires_level: str | None = None  # only a line whose prefix prints this level (an ERROR logger line)
+    examples: tuple[str, ...] = ()  # real lines this signature must match (tests run them)
 
     # Compiled on first use: most signatures never match a given input, and compiling all of them is a fifth of
     # a process's start (the scan itself uses `prefilter` in polars).
@@ -54,6 +84,13 @@ class Catalogue:
     def kinds(self) -> list[str]:
         return sorted({s.kind for s in self.signatures})
 
+    def tagged(self, *tags: str) -> frozenset[str]:
+        """The kinds of every signature with one of `tags`."""
+        return frozenset(s.kind for s in self.signatures if s.tags & set(tags))
+
+    def of_kind(self, kind: str) -> tuple[Signature, ...]:
+        return tuple(s for s in self.signatures if s.kind == kind)
+
 
 def _load() -> list[dict[str, object]]:
     text = resources.files("logscope.events").joinpath("signatures.yaml").read_text(encoding="utf-8")
@@ -76,6 +113,9 @@ def catalogue() -> Catalogue:
         prefilter = str(entry["prefilter"])
         limit = entry.get("limit")
         cap = entry.get("cap")
+        tags = frozenset(str(t) for t in entry.get("tags") or [])  # type: ignore[attr-defined]
+        if not tags <= set(TAGS):
+            raise ValueError(f"signature {entry['kind']}: unknown tags {sorted(tags - set(TAGS))}")
         signatures.append(
             Signature(
                 kind=str(entry["kind"]),
@@ -86,6 +126,10 @@ def catalogue() -> Catalogue:
                 wrapped=bool(entry.get("wrapped", False)),
                 limit=int(str(limit)) if limit is not None else None,
                 cap=int(str(cap)) if cap is not None else None,
+                tags=tags,
+                names_rank=str(entry["names_rank"]) if entry.get("names_rank") else None,
+                requires_level=str(entry["requires_level"]) if entry.get("requires_level") else None,
+                examples=tuple(str(x) for x in entry.get("examples") or []),  # type: ignore[attr-defined]
             )
         )
     union = "|".join(f"(?:{s.prefilter})" for s in signatures)

@@ -42,6 +42,8 @@ _LINE_START = regex.compile(
 # The same test for polars (Rust regex; `match` anchors at the start, hence `^`).
 _LINE_START_RUST = "^" + _LINE_START.pattern
 _KV = regex.compile(r"\b([A-Za-z_][\w.]*)=([^\s,;]+)")
+# "DDP rank: 0, world size: 1": the same settings written "key: value", with the key's words joined by "_".
+_KV_COLON = regex.compile(r"\b(rank|local[ _]rank|world[ _]size|seed|num[ _]envs): ?(\d+)\b", regex.I)
 # ProcessGroupNCCL's settings echo: "TORCH_NCCL_BLOCKING_WAIT: 0", "TORCH_NCCL_ENABLE_MONITORING (Whether to ...): 1".
 _TORCH_ENV = regex.compile(r"\b(TORCH_[A-Z0-9_]+)(?: \([^()]{0,200}\))?: ([^\s,]+)")
 # One encoder for every event's fields: json.dumps with a non-default option builds a new encoder per call.
@@ -75,6 +77,8 @@ def _fields(sig: Signature, m: regex.Match[str], text: str) -> dict[str, Any]:
     if sig.kind == "config_values":
         for key, value in _KV.findall(text):
             found.setdefault(key, value.rstrip(".:"))
+        for key, value in _KV_COLON.findall(text):
+            found.setdefault(key.lower().replace(" ", "_"), value)
     return found
 
 
@@ -469,6 +473,8 @@ class Extractor:
         has_next = row + 1 < len(texts) and blocks[row + 1] == blocks[row]
         for i in sigs:
             sig = self.signatures[i]
+            if sig.requires_level is not None and line.level != sig.requires_level:
+                continue
             m = sig.pattern.search(text)
             if m is None and sig.wrapped and has_next:
                 # Hard-wrapped message: the rest of it is on the next physical line. Tried in catalogue order, so
@@ -506,8 +512,11 @@ class Extractor:
                 self._tails[key] = (block.sid, src, line_no, sig, m, line)  # only the latest one is kept
                 return
         fields = _fields(sig, m, line.text)
-        self._rows.append(self._row(block.sid, src, line_no, sig.kind, sig.level, sig.phase, line, fields))
-        if sig.level in ("warning", "error") and self._context_count[block.sid] < MAX_CONTEXT_PER_SOURCE:
+        # A warning-kind line that its logger printed at error level ("[E socket.cpp:610] ... failed to connect to
+        # any network address") is an error: the prefix knows the outcome.
+        level = "error" if sig.level == "warning" and line.level == "error" else sig.level
+        self._rows.append(self._row(block.sid, src, line_no, sig.kind, level, sig.phase, line, fields))
+        if level in ("warning", "error") and self._context_count[block.sid] < MAX_CONTEXT_PER_SOURCE:
             self._context_count[block.sid] += 1
             lo = max(0, row - CONTEXT)
             window = []

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
-_CI_TS = re.compile(r"\[?(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)\]? ")
+_CI_TS = re.compile(r"\[?(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)\]?:? ")
 _VIEWER_NO = re.compile(r" {0,7}\d{1,7}(?:\t| ?[|│] ?)")
 _RAY = re.compile(r"\((?P<actor>[A-Za-z_]\w*(?: pid=\d+)(?:, ip=[\w.:]+)?)\) ")
 _TEE = re.compile(r"\[(?!rank\d+\]:)(?P<role>[A-Za-z_][\w.-]*?)(?P<lrank>\d+)\]:")
+# torchrun's --log-line-prefix-template "${role_name}${rank}|${local_rank}": "[trainer3|1]:" (global 3, local 1).
+_TEE_TEMPLATE = re.compile(r"\[(?P<role>[A-Za-z_][\w.-]*?)(?P<grank>\d+)\|(?P<lrank>\d+)\]:")
 _GRANK = re.compile(r"\[rank(?P<grank>\d+)\]: ?")
 _GLUED_GRANK = re.compile(r"\[rank\d+\]:")
 _C10 = re.compile(
@@ -26,6 +28,22 @@ _GLOG = re.compile(r"(?P<sev>[DIWEC])(?P<mmdd>\d{4}) (?P<hms>\d\d:\d\d:\d\d)\.\d
 _PY_BRACKET = re.compile(r"\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3}\] [\w.]+: \[(?P<lvl>[A-Z]+)\] ")
 _PY_HYDRA = re.compile(r"\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3}\]\[[^\]]+\]\[(?P<lvl>[A-Z]+)\] - ")
 _PY_BASIC = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?:torch|[a-z_][\w]*)(?:\.[\w]+)*:")
+# DeepSpeed's logger: "[2024-02-06 06:23:39,510] [ERROR] [launch.py:321:sigkill_handler] ..."
+_PY_DEEPSPEED = re.compile(
+    r"\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3}\] \[(?P<lvl>[A-Z]+)\] \[[\w.-]+:\d+:\w+\] "
+)
+# vLLM's logger: "ERROR 06-30 06:10:12 worker_base.py:145] ..."
+_LEVEL_MMDD = re.compile(
+    r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mm>\d\d)-(?P<dd>\d\d) (?P<hms>\d\d:\d\d:\d\d) [\w.-]+:\d+\] "
+)
+# TorchX's per-replica prefix: "trainer/0 [1]:" (role, replica, local rank).
+_TORCHX = re.compile(r"(?P<role>[A-Za-z_][\w-]*)/(?P<replica>\d+) \[(?P<lrank>\d+)\]:")
+# OpenMPI's --tag-output: "[1,12]<stdout>:" (job id, rank, stream).
+_MPI_TAG = re.compile(r"\[\d+,(?P<grank>\d+)\]<(?:stdout|stderr|stddiag)>: ?")
+# srun --label: "0: ..." (the srun task: a node's launcher when srun starts torchrun, so not taken as a rank).
+_SRUN_LABEL = re.compile(r"\d{1,5}: (?=\S)")
+# A paste quoted in Markdown ("> Traceback ...").
+_QUOTE = re.compile(r">+ ?")
 _PY_19 = re.compile(r"\[(?P<lvl>[A-Z]+)\] (?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3} \w+: ")
 _KIT = re.compile(
     r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)Z? \[[\d,]+ms\] "
@@ -95,6 +113,9 @@ def normalise(raw: str) -> Line:
             if (m := _TEE.match(text)) is not None and line.tee_local_rank is None:
                 line.tee_role, line.tee_local_rank = m["role"], int(m["lrank"])
                 prefixes.append("tee")
+            elif (m := _TEE_TEMPLATE.match(text)) is not None and line.tee_local_rank is None:
+                line.tee_role, line.tee_local_rank, line.grank = m["role"], int(m["lrank"]), int(m["grank"])
+                prefixes.append("tee")
             elif (m := _GRANK.match(text)) is not None:
                 line.grank = int(m["grank"])
                 prefixes.append("rank")
@@ -107,6 +128,7 @@ def normalise(raw: str) -> Line:
                 (m := _PY_BRACKET.match(text)) is not None
                 or (m := _PY_HYDRA.match(text)) is not None
                 or (m := _PY_19.match(text)) is not None
+                or (m := _PY_DEEPSPEED.match(text)) is not None
             ):
                 line.level = _LEVEL_WORD.get(m["lvl"], line.level)
                 line.ts_text, line.ts = f"{m['date']} {m['hms']}", _epoch(m["date"], m["hms"])
@@ -117,6 +139,9 @@ def normalise(raw: str) -> Line:
                 prefixes.append("ci_timestamp")
             elif (m := _KIT_UPTIME.match(text)) is not None:
                 prefixes.append("kit_uptime")
+            elif (m := _MPI_TAG.match(text)) is not None:
+                line.grank = int(m["grank"])
+                prefixes.append("mpi_tag")
         elif text.startswith("("):
             if (m := _RAY.match(text)) is not None:
                 line.actor = m["actor"]
@@ -131,25 +156,40 @@ def normalise(raw: str) -> Line:
                 line.ts_text = m["ts"]
                 line.ts = _epoch(m["ts"][:10], m["ts"][11:19])
                 prefixes.append("ci_timestamp")
+            elif not prefixes and (m := _SRUN_LABEL.match(text)) is not None:
+                prefixes.append("srun_label")
         elif text[:1] in "DIWEC" and (m := _GLOG.match(text)) is not None:
             line.level = _SEVERITY[m["sev"]]
             line.ts_text = f"{m['mmdd']} {m['hms']}"
             prefixes.append("glog")
-        elif text.startswith(("DEBUG:", "INFO:", "WARNING:", "ERROR:", "CRITICAL:")):
+        elif text.startswith(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")):
             if (m := _PY_BASIC.match(text)) is not None:
                 line.level = _LEVEL_WORD[m["lvl"]]
                 prefixes.append("logging")
+            elif (m := _LEVEL_MMDD.match(text)) is not None:
+                line.level = _LEVEL_WORD[m["lvl"]]
+                line.ts_text = f"{m['mm']}{m['dd']} {m['hms']}"
+                prefixes.append("logging")
+        elif text.startswith(">") and not prefixes and (m := _QUOTE.match(text)) is not None:
+            prefixes.append("quote")
         elif text[:1] == " " and (m := _VIEWER_NO.match(text)) is not None and not prefixes:
             prefixes.append("viewer_line_number")
+        elif text[:1].isalpha() and "/" in text[:40] and (m := _TORCHX.match(text)) is not None:
+            if line.tee_local_rank is None:
+                line.tee_role, line.tee_local_rank = m["role"], int(m["lrank"])
+            prefixes.append("torchx")
         if m is None:
             break
         text = text[m.end() :]
-    if line.grank is None and "[rank" in text:
-        # A progress bar without a newline glues the next line onto it: "...40.17s/it][rank7]:[E ...] ..."
+    if "[rank" in text:
+        # A progress bar without a newline glues the next line onto it: "...40.17s/it][rank7]:[E ...] ..."; the
+        # rank prefix of the glued line names its own rank, also behind an outer prefix of the launcher's.
         glued = _GLUED_GRANK.search(text)
         if glued is not None and glued.start() > 0:
             rest = normalise(text[glued.start() :])
             rest.prefixes = (*prefixes, "glued", *rest.prefixes)
+            if rest.tee_local_rank is None:
+                rest.tee_role, rest.tee_local_rank = line.tee_role, line.tee_local_rank
             return rest
     line.text = text
     line.prefixes = tuple(prefixes)

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from logscope.events.catalogue import catalogue
-from logscope.rules.engine import PHASE_ORDER, Context, Hit
-from logscope.rules.loader import Rule
+from logscope.rules.api import (
+    COMM_FAMILY,
+    LEAD_FAMILY,
+    REMOTE_KINDS,
+    Context,
+    Hit,
+    breaks_own_pattern,
+    check,
+    family_category,
+    order_key,
+)
+from logscope.vocab import PHASE_ORDER, Severity, at_least
 
-CheckFn = Callable[[Rule, Context, list[dict[str, Any]], dict[str, Any]], Hit | None]
-CHECKS: dict[str, CheckFn] = {}
+if TYPE_CHECKING:
+    from logscope.rules.loader import Rule
 
 # Events that say "communication failed here": a crash on a rank that shows one of these is its consequence.
 COMM_KINDS = {
@@ -41,15 +50,20 @@ COMM_KINDS = {
     "gloo_connect_refused",
     "ddp_model_mismatch",
 }
-NOT_A_CAUSE_EXC = ("DistBackendError", "DistStoreError", "DistNetworkError", "ChildFailedError", "KeyboardInterrupt")
-
-
-def check(name: str) -> Callable[[CheckFn], CheckFn]:
-    def register(fn: CheckFn) -> CheckFn:
-        CHECKS[name] = fn
-        return fn
-
-    return register
+NOT_A_CAUSE_EXC = (
+    "DistBackendError",
+    "DistStoreError",
+    "DistNetworkError",
+    "ChildFailedError",
+    "KeyboardInterrupt",
+    "SignalException",
+)
+# Failures of a rank's own making (as opposed to what a peer's failure made it report).
+OWN_FAULT_KINDS = frozenset(
+    {"python_exception", "segfault", "fatal_python_error", "terminate_called", "cuda_oom", "host_oom", "error_file"}
+)
+# The job was stopped from outside (Ctrl-C, the scheduler's SIGTERM to torchrun): where a hang ends, not a failure.
+STOPPED_FROM_OUTSIDE_EXC = ("KeyboardInterrupt", "SignalException")
 
 
 def _message_kind(text: str) -> str | None:
@@ -77,6 +91,13 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
     comm = _comm_ranks(ctx)
     if _all_ranks_aborted(ctx):
         comm |= {e["rank"] for k in ("child_failure", "worker_failed") for e in ctx.by_kind.get(k, [])}
+    failed_workers = {
+        e["rank"] for k in ("child_failure", "worker_failed") for e in ctx.by_kind.get(k, []) if e["exitcode"]
+    }
+    if len(failed_workers) == 1 and any(e["kind"] in COMM_KINDS and e["rank"] is None for e in ctx.rows):
+        # Unranked communication errors and one failed worker: in a paste without rank prefixes they are that
+        # worker's own lines, so its exit is their consequence.
+        comm |= failed_workers
     # torchrun's own exceptions out of its rendezvous code (a traceback through elastic/rendezvous/*.py) belong to
     # the launcher, not to a rank: LS601/LS602 report them.
     rendezvous_frames = [
@@ -215,6 +236,17 @@ def peer_connection_lost(rule: Rule, ctx: Context, events: list[dict[str, Any]],
     return Hit(events, reporters, culprits=culprits, values={"reporters": sorted(reporters) or "unknown"})
 
 
+# Lines that only a distributed job prints.
+DISTRIBUTED_KINDS = (
+    "pg_initialized",
+    "sync_start",
+    "pg_nccl_options",
+    "rank_identity",
+    "nccl_comm_init",
+    "accelerate_state",
+)
+
+
 @check("single_rank")
 def single_rank(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
     """The job ran one rank: world size 1 reported where more were launched or asked for, or by a distributed job."""
@@ -242,7 +274,7 @@ def single_rank(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: 
         )
     distributed = any(
         ctx.by_kind.get(k)
-        for k in ("pg_initialized", "sync_start", "pg_nccl_options", "rank_identity", "nccl_comm_init")
+        for k in DISTRIBUTED_KINDS
     )
     if not distributed:
         return None
@@ -256,37 +288,229 @@ def single_rank(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: 
     return hit
 
 
+@check("generic_failure")
+def generic_failure(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """Failure lines that no other rule explained (fallback stage): tracebacks, fatal errors, logger ERROR lines,
+    launchers' exit lines, ... Each rank's first such line is its failure; the earliest of those is the culprit.
+
+    A run that the logs prove finished is not failed by lines like these (a caught exception that was logged).
+    When nothing else failed, a communication warning (NCCL WARN) of a run that did not finish is the best lead.
+    """
+    proof = ctx.completion
+    if proof is not None and proof.proven:
+        return None
+    others = any(at_least(f["severity"], Severity.ERROR) for f in ctx.findings)
+    final = ctx.final_attempt
+
+    def own(e: dict[str, Any]) -> bool:
+        return (e["sid"], e["line"]) not in ctx.claimed and (e["attempt"] or 0) >= final and e["level"] != "benign"
+
+    headers = _traceback_exceptions(ctx)
+    candidates = [
+        e
+        for e in ctx.rows
+        if e["level"] == "error"
+        and own(e)
+        and not _stopped_from_outside(e)
+        and not (e["kind"] == "traceback_start" and _explained(ctx, headers.get((e["sid"], e["line"]))))
+    ]
+    # A traceback is told by the line that ends it (its exception); a header stays only where the traceback is cut off.
+    ends = {(x["sid"], x["line"]) for x in candidates}
+    candidates = [
+        e
+        for e in candidates
+        if not (e["kind"] == "traceback_start" and _key(headers.get((e["sid"], e["line"]))) in ends)
+    ]
+    if others:  # beside a diagnosed failure, only what could be a cause of its own counts
+        candidates = [e for e in candidates if e["kind"] not in REMOTE_KINDS and not _consequence_exception(e)]
+    factor = 1.0
+    if not candidates and not others:
+        # A communication or rendezvous warning is the lead only where the log stops at it: NCCL warns at init about
+        # optional transports it then does without ("Failed to open libibverbs.so"); a run that went on is no failure.
+        candidates = [
+            e
+            for e in ctx.rows
+            if e["level"] == "warning" and e["kind"] in LEAD_FAMILY and own(e) and _near_the_end(ctx, e)
+        ]
+        factor = 0.7
+    if not candidates:
+        return None
+    first: dict[Any, dict[str, Any]] = {}
+    for e in sorted(candidates, key=order_key):
+        for rank in _ranks_of(e):
+            first.setdefault(rank, e)
+    ranked = {r: e for r, e in first.items() if r is not None}
+    if ranked:
+        # Consequences of a peer's failure (remote errors, teardown) do not make a rank a culprit.
+        own_fault = {r: e for r, e in ranked.items() if e["kind"] not in REMOTE_KINDS} or ranked
+        earliest = min(order_key(e) for e in own_fault.values())
+        timed = earliest[0] != float("inf")
+        culprits = sorted(r for r, e in own_fault.items() if timed and order_key(e)[0] == earliest[0])
+        if not culprits:
+            culprits = _first_in_file(own_fault)
+    else:
+        culprits, factor = [], factor * 0.85
+    cause = min((first[r] for r in culprits), key=order_key) if culprits else min(first.values(), key=order_key)
+    evidence = [cause] + [e for e in sorted(candidates, key=order_key) if e is not cause]
+    hit = Hit(
+        evidence[:12],
+        set(ranked),
+        culprits=culprits,
+        confidence_factor=factor,
+        values={"what": _describe(cause), "count": len(candidates)},
+    )
+    hit.category = family_category(cause["kind"])
+    if hit.category == "crash" and cause["kind"] == "python_exception":
+        hit.category = family_category(_message_kind(str(cause["_f"].get("reason") or "")) or "", "crash")
+    failing_alike = {e["rank"] for e in ctx.by_kind.get(cause["kind"], [])}
+    if hit.category == "rendezvous_failure" and ctx.visible and ctx.visible <= failing_alike:
+        # Every rank failed to reach the store or its peers: the fault is the endpoint, not one rank.
+        hit.culprits = []
+    warned = _warned_before(ctx, cause)
+    if hit.category == "crash" and warned is not None:
+        # NCCL warned about its transport just before this process failed: the warning is the first cause.
+        hit.category = "comm_error"
+        hit.events.insert(0, warned)
+        hit.values["what"] = f"{_describe(warned)}, then {hit.values['what']}"
+    return hit
+
+
+# A communication warning this many lines before a failure, in the same file and for the same rank, is its cause.
+WARNED_WITHIN = 20
+
+
+def _warned_before(ctx: Context, cause: dict[str, Any]) -> dict[str, Any] | None:
+    warnings = [
+        e
+        for e in ctx.rows
+        if e["level"] == "warning"
+        and e["kind"] in COMM_FAMILY
+        and e["sid"] == cause["sid"]
+        and e["rank"] == cause["rank"]
+        and 0 < cause["line"] - e["line"] <= WARNED_WITHIN
+    ]
+    return max(warnings, key=lambda e: e["line"]) if warnings else None
+
+
+# A line this close to the end of its file is where that file stops.
+LAST_LINES = 3
+
+
+def _near_the_end(ctx: Context, e: dict[str, Any]) -> bool:
+    return bool(e["line"] > ctx.aligned.stats[e["sid"]].lines - LAST_LINES)
+
+
+def _key(e: dict[str, Any] | None) -> tuple[int, int] | None:
+    return (e["sid"], e["line"]) if e is not None else None
+
+
+def _stopped_from_outside(e: dict[str, Any] | None) -> bool:
+    """Ctrl-C ("^C" echoed by the terminal, KeyboardInterrupt) or a signal from outside (torchrun's SignalException)."""
+    return e is not None and (
+        str(e["_f"].get("exc_type") or "").endswith(STOPPED_FROM_OUTSIDE_EXC) or "^C" in str(e["text"])
+    )
+
+
+def _explained(ctx: Context, exception: dict[str, Any] | None) -> bool:
+    """A traceback's header goes with its exception: used elsewhere, or a stop from outside, it is no failure."""
+    return exception is not None and (
+        (exception["sid"], exception["line"]) in ctx.claimed or _stopped_from_outside(exception)
+    )
+
+
+def _traceback_exceptions(ctx: Context) -> dict[tuple[int, int], dict[str, Any]]:
+    """Each traceback header -> the line that ends it: the next error line in its file, for its rank (the exception,
+    whatever signature read it)."""
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    open_headers: dict[tuple[int, Any], list[dict[str, Any]]] = {}
+    for e in sorted(ctx.rows, key=lambda r: (r["sid"], r["line"])):
+        key = (e["sid"], e["rank"])
+        if e["kind"] == "traceback_start":
+            open_headers.setdefault(key, []).append(e)
+        elif e["level"] == "error" and open_headers.get(key):
+            for header in open_headers.pop(key):
+                out[(header["sid"], header["line"])] = e
+    return out
+
+
+def _ranks_of(e: dict[str, Any]) -> list[int | None]:
+    """The rank a line is about; a launcher's line may name several ("srun: error: h: tasks 9-10,12: Killed")."""
+    if e["rank"] is not None:
+        return [e["rank"]]
+    from logscope.align.align import _int_ranges
+
+    named = _int_ranges(e["_f"].get("ranks"))
+    return list(named) if named else [None]
+
+
+def _first_in_file(first: dict[int, dict[str, Any]]) -> list[int]:
+    """Without clocks: the ranks whose failure comes first in the file that holds the most of them (a console
+    interleaves ranks in time order); ranks in separate files cannot be ordered."""
+    by_sid: dict[int, list[tuple[int, int]]] = {}
+    for rank, e in first.items():
+        by_sid.setdefault(e["sid"], []).append((e["line"], rank))
+    lines = max(by_sid.values(), key=len)
+    if len(by_sid) > 1 and len(lines) == 1:
+        return sorted(first)
+    top = min(lines)[0]
+    return sorted(rank for line, rank in lines if line == top)
+
+
+def _consequence_exception(e: dict[str, Any]) -> bool:
+    """An exception that only says a peer or the launcher ended things (DistBackendError, ChildFailedError ...)."""
+    if e["kind"] not in ("python_exception", "cpp_what", "terminate_called"):
+        return False
+    exc = str(e["_f"].get("exc_type") or "")
+    return exc.endswith(NOT_A_CAUSE_EXC) or _message_kind(str(e["_f"].get("reason") or "")) in REMOTE_KINDS
+
+
 @check("stall")
 def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
-    """Progress stopped with no error before the end of the logs: a hang the user (or the scheduler) killed."""
-    if ctx.job.get("exit_code") == 0 or any(e["level"] == "error" for e in ctx.rows):
+    """Nothing failed and nothing proves that the run finished: the logs stop somewhere (fallback stage).
+
+    Healthy has to be proven (a clean exit, every rank's end, one rank's end with its peers shown to take part);
+    a run that shows neither a failure nor its end hung, was killed from outside, or was cut off.
+    """
+    proof = ctx.completion
+    if proof is None or proof.proven or any(at_least(f["severity"], Severity.ERROR) for f in ctx.findings):
         return None
-    progress = [e for e in ctx.rows if e["phase"] in ("train", "sync") and e["level"] != "benign"]
-    factor = 1.0
-    if not progress:
-        # Stopped before the first collective: every rank's last line is an init line and nothing follows.
-        progress = [e for e in ctx.rows if e["kind"] in ("lightning_rank", "rank_identity", "pg_initialized")]
-        factor = 0.8
-        if len({e["rank"] for e in progress}) < 2:
+    stopped = dict(proof.stopped)
+    if not stopped:
+        unranked = [e for e in ctx.rows if e["rank"] is None and e["level"] != "benign"]
+        if not unranked:
             return None
-    ended = {r for r, info in ctx.ranks.items() if info.get("phase") == "end"}
-    if ended and ended >= ctx.visible:
-        return None
-    last_it = {r: info["last_iteration"] for r, info in ctx.ranks.items() if info.get("last_iteration") is not None}
-    culprits: list[int] = []
-    last = progress[-1]
-    furthest = max((PHASE_ORDER.get(ctx.ranks[v].get("phase") or "", -1) for v in ctx.visible), default=-1)
-    behind = sorted(r for r in ctx.visible if PHASE_ORDER.get(ctx.ranks[r].get("phase") or "", -1) < furthest)
-    if behind and len(behind) < len(ctx.visible):
-        culprits = behind
-    it_text = ", ".join(f"rank {r}: {i}" for r, i in sorted(last_it.items())) or "none printed"
+        last = max(unranked, key=lambda e: (PHASE_ORDER.get(e["phase"], -1), e["sid"], e["line"]))
+        where = f'"{_short(last["text"])}"'
+        evidence = [last]
+    else:
+        where = "; ".join(f'rank {r} at "{_short(e["text"])}"' for r, e in sorted(stopped.items())[:8])
+        evidence = [stopped[r] for r in sorted(stopped)]
+    # A rank that stopped in an earlier phase than a peer that is itself stuck is the one the others wait for.
+    furthest = max((s.furthest for s in ctx.states.values() if s.status == "visible"), default=-1)
+    behind = sorted(r for r in stopped if ctx.states[r].furthest < furthest)
+    culprits = behind if behind and len(behind) < len(stopped) else []
+    # Whole per-rank streams that stop are a hang; an excerpt that stops may only have been cut there.
+    whole = bool(stopped) and all(ctx.states[r].complete for r in stopped)
+    progressed = any(s.progress_count for s in ctx.states.values()) or ctx.by_kind.get("iteration")
+    factor = (1.0 if whole else 0.65) * (1.0 if progressed else 0.85) * (0.8 if ctx.hidden else 1.0)
+    last_it = {r: s.last_iteration for r, s in ctx.states.items() if s.last_iteration is not None}
     return Hit(
-        [last],
-        set(ctx.visible),
+        evidence[:8],
+        set(stopped),
         culprits=culprits,
-        values={"last_iterations": it_text, "last_line": last["text"]},
-        confidence_factor=factor * (0.9 if not ctx.hidden else 0.7),
+        confidence_factor=factor,
+        values={
+            "where": where,
+            "last_iterations": ", ".join(f"rank {r}: {i}" for r, i in sorted(last_it.items())) or "none printed",
+            "joined": sorted(proof.participating) or "none",
+            "cut": "" if whole else " This is an excerpt: it may also have been cut off there.",
+        },
     )
+
+
+def _short(text: str, width: int = 120) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 @check("duplicate_device")
@@ -300,6 +524,9 @@ def duplicate_device(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
         for e in ctx.by_kind.get("nccl_env_set", [])
         if e["_f"].get("var") == "NCCL_HOSTID" and e["rank"] is not None
     }
+    for e in ctx.by_kind.get("config_values", []):  # the job's own "NCCL_HOSTID=..." among its settings
+        if e["rank"] is not None and e["_f"].get("NCCL_HOSTID"):
+            nccl_host.setdefault(e["rank"], str(e["_f"]["NCCL_HOSTID"]))
     for e in events:
         if e["rank"] is None:
             continue
@@ -325,22 +552,6 @@ def duplicate_device(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
     ranks = sorted(set().union(*shared.values()))
     text = "; ".join(f"ranks {', '.join(map(str, sorted(v)))} on {k[1]}" for k, v in shared.items())
     return Hit([e for k in shared for e in rows[k]], set(ranks), culprits=ranks, values={"shared": text})
-
-
-def breaks_own_pattern(ctx: Context, rank: int, seq: int, op: Any, shape: Any) -> bool:
-    """The rank ran a different op on the same tensor shape than the last time it saw that shape."""
-    earlier = [
-        x
-        for x in ctx.by_rank.get(rank, [])
-        if x["kind"] == "collective_fingerprint"
-        and x["seq"] is not None
-        and x["seq"] < seq
-        and x["_f"].get("shape") == shape
-    ]
-    if not earlier:
-        return False
-    last = max(earlier, key=lambda x: x["seq"])
-    return bool(last["op"] != op)
 
 
 @check("lagging_other_collective")
@@ -442,15 +653,7 @@ def different_collective_calls(
     rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
 ) -> Hit | None:
     """Ranks failed inside different torch.distributed calls (their tracebacks' last c10d frame differs)."""
-    comm = _comm_ranks(ctx)
-    last: dict[int, dict[str, Any]] = {}
-    for e in events:
-        api = e["_f"].get("api")
-        if e["rank"] is None or api not in COLLECTIVE_APIS or e["rank"] not in comm:
-            continue
-        if (e["attempt"] or 0) < ctx.final_attempt:
-            continue
-        last[e["rank"]] = e
+    last = _last_calls(ctx, events)
     if len(last) < 2:
         return None
     calls = {r: e["_f"]["api"] for r, e in last.items()}
@@ -469,6 +672,75 @@ def different_collective_calls(
     per_rank = ", ".join(f"rank {r}: {api}" for r, api in sorted(calls.items()))
     return Hit(
         list(last.values()), set(calls), culprits=culprits, confidence_factor=factor, values={"per_rank": per_rank}
+    )
+
+
+def _last_calls(ctx: Context, events: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Each failing rank's last torch.distributed frame (its traceback's innermost collective), final attempt."""
+    comm = _comm_ranks(ctx)
+    last: dict[int, dict[str, Any]] = {}
+    for e in events:
+        api = e["_f"].get("api")
+        if e["rank"] is None or api not in COLLECTIVE_APIS or e["rank"] not in comm:
+            continue
+        if (e["attempt"] or 0) < ctx.final_attempt:
+            continue
+        last[e["rank"]] = e
+    return last
+
+
+# Lines only a rank that trains prints (a rank still in the sync has none).
+TRAINING_KINDS = frozenset({"iteration", "progress", "progress_bar", "throughput"})
+# The framework's initial parameter sync is a broadcast (rsl_rl, skrl) or broadcast_object_list (rl_games).
+SYNC_APIS = {"broadcast", "broadcast_object_list"}
+
+
+@check("past_the_sync")
+def past_the_sync(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """Some ranks wait in the parameter-sync broadcast while others are already in a later collective: those went
+    past the sync without taking part in it (program order: the sync is the first collective of the run)."""
+    if not ctx.by_kind.get("sync_start"):
+        return None
+    last = _last_calls(ctx, events)
+    in_sync = {r for r, e in last.items() if e["_f"]["api"] in SYNC_APIS and not ctx.states[r].kinds & TRAINING_KINDS}
+    ahead = {r for r, e in last.items() if e["_f"]["api"] not in SYNC_APIS}
+    if not in_sync or not ahead:
+        return None
+    calls = ", ".join(f"rank {r}: {e['_f']['api']}" for r, e in sorted(last.items()))
+    return Hit(
+        [last[r] for r in sorted(ahead)] + [last[r] for r in sorted(in_sync)] + ctx.by_kind["sync_start"][:2],
+        set(last),
+        culprits=sorted(ahead),
+        values={"ahead": sorted(ahead), "waiting": sorted(in_sync), "per_rank": calls},
+    )
+
+
+@check("left_early")
+def left_early(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """A rank finished cleanly while its peers were still in a collective (they time out, or lose the connection
+    to it): it ran fewer collectives than they did. Its clean exit is the evidence; it needs no error line."""
+    leavers = sorted(
+        r
+        for r, s in ctx.states.items()
+        if s.status == "visible" and s.ended and s.first_error is None and s.exit_code in (None, 0)
+    )
+    waiting = sorted(
+        r
+        for r, s in ctx.states.items()
+        if s.first_error is not None and not s.ended and s.first_error["kind"] in COMM_FAMILY
+    )
+    own_fault = [
+        s for s in ctx.states.values() if s.first_error is not None and s.first_error["kind"] in OWN_FAULT_KINDS
+    ]
+    if not leavers or not waiting or own_fault or len(leavers) >= len(ctx.visible):
+        return None
+    found = [ctx.states[r].last_event for r in leavers] + [ctx.states[r].first_error for r in waiting]
+    evidence = [e for e in found if e is not None]
+    return Hit(
+        evidence,
+        set(leavers) | set(waiting),
+        culprits=leavers,
+        values={"leavers": leavers, "waiting": waiting, "last_line": evidence[0]["text"] if evidence else ""},
     )
 
 
@@ -590,6 +862,41 @@ def store_lost_after_world_formed(
     if not events or not any(ctx.by_kind.get(k) for k in WORLD_FORMED_KINDS) or ctx.job.get("exit_code") == 0:
         return None  # after a clean exit it is only the order in which the ranks left
     return Hit(events[:6], {e["rank"] for e in events if e["rank"] is not None}, culprits=[])
+
+
+# Identity lines a process prints once, at start-up ("Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/8").
+ONCE_PER_PROCESS = ("lightning_rank", "rank_identity")
+
+
+@check("duplicate_rank_claims")
+def duplicate_rank_claims(
+    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
+) -> Hit | None:
+    """Two processes announce the same global rank while other ranks of the world never appear: two launches
+    were given the same node rank (or machine rank), so the world they should form never forms."""
+    claims: dict[int, list[dict[str, Any]]] = {}
+    world = 0
+    for e in events:
+        rank, size = _int_field(e, "rank"), _int_field(e, "world_size")
+        if rank is None or (e["attempt"] or 0) < ctx.final_attempt:
+            continue
+        claims.setdefault(rank, []).append(e)
+        world = max(world, size or 0)
+    doubled = sorted(r for r, rows in claims.items() if len(rows) >= 2)
+    never = sorted(set(range(world)) - set(claims)) if world <= 65536 else []
+    if len(doubled) < 2 or not never:
+        return None
+    return Hit(
+        [rows[1] for r, rows in sorted(claims.items()) if r in doubled][:8],
+        set(doubled),
+        culprits=[],
+        values={"doubled": doubled, "never": never, "world": world},
+    )
+
+
+def _int_field(e: dict[str, Any], name: str) -> int | None:
+    value = e["_f"].get(name)
+    return int(value) if str(value or "").isdigit() else None
 
 
 @check("launcher_failed")

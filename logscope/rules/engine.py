@@ -8,64 +8,23 @@ logic YAML cannot express lives in `checks.py`, registered by name and still dec
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 from logscope.align.model import Aligned
+from logscope.rules.api import CHECKS, Context, Hit, breaks_own_pattern
 from logscope.rules.loader import Rule
+from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER
 
 # Variables that identify a host or a rank and so differ by design.
 UNSET = "<not set>"
 PER_HOST_VARS = {"NCCL_HOSTID", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_COMM_ID"}
-PHASE_ORDER = {"launch": 0, "init": 1, "sync": 2, "train": 3, "end": 4, "fail": 5}
 MAX_EVIDENCE = 12
-SEVERITY_RANK = {"info": 0, "note": 1, "warning": 2, "error": 3, "critical": 4}
+STAGES = ("main", "fallback")
+# Failures that a run which then finished evidently survived; a disagreement between ranks or a skipped sync is a
+# silent bug even when the run exits 0, so those keep their severity.
+SURVIVABLE = frozenset({"crash", "oom", "collective_timeout", "comm_error", "rendezvous_failure", "stall"})
 REGEX_TIMEOUT_S = 0.05  # user regexes run with a timeout: catastrophic backtracking cannot hang the run
 MAX_REGEX_TIMEOUTS = 20  # per rule: past this its regexes count as no match, so a run's regex time is bounded
-
-
-@dataclass
-class Hit:
-    """What a condition found: evidence events, the ranks involved, and values for the message."""
-
-    events: list[dict[str, Any]]
-    ranks: set[int] = field(default_factory=set)
-    culprits: list[int] | None = None  # set by conditions that know the culprit themselves
-    values: dict[str, Any] = field(default_factory=dict)
-    confidence_factor: float = 1.0
-    severity: str | None = None
-
-
-class Context:
-    """The aligned run, indexed for the conditions."""
-
-    def __init__(self, aligned: Aligned) -> None:
-        self.aligned = aligned
-        self.job = aligned.job
-        self.rows: list[dict[str, Any]] = aligned.rows  # read only: conditions never change an event
-        self.by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self.by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        for row in self.rows:
-            self.by_kind[row["kind"]].append(row)
-            if row["rank"] is not None:
-                self.by_rank[row["rank"]].append(row)
-        self.ranks: dict[int, dict[str, Any]] = {r["rank"]: r for r in aligned.rank_rows()}
-        self.visible = {r for r, info in self.ranks.items() if info["status"] == "visible"}
-        self.hidden = {r for r, info in self.ranks.items() if info["status"] == "hidden"}
-        self.final_attempt = max((r["attempt"] for r in self.rows if r["attempt"] is not None), default=0)
-        self.regex_timeouts: Counter[str] = Counter()
-
-    def field(self, row: dict[str, Any], name: str) -> Any:
-        if name in row and name not in ("fields", "_f") and row[name] is not None:
-            return row[name]
-        return row["_f"].get(name)
-
-    def reached(self, rank: int, phase: str) -> bool:
-        want = PHASE_ORDER[phase]
-        return any(
-            PHASE_ORDER.get(r["phase"], -1) >= want and r["level"] != "benign" and r["phase"] != "fail"
-            for r in self.by_rank.get(rank, [])
-        )
 
 
 def _where_ok(rule: Rule, ctx: Context, row: dict[str, Any]) -> bool:
@@ -143,10 +102,15 @@ def cond_absent_after_phase(rule: Rule, ctx: Context, events: list[dict[str, Any
 def cond_last_event(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
     """Ranks whose last event (benign lines aside) is one of the kinds, with nothing after it."""
     kinds = set(rule.match.get("kinds", []))
-    if rule.condition.get("unless_ended", True) and ctx.job.get("exit_code") == 0:
+    proof = ctx.completion
+    if rule.condition.get("unless_ended", True) and (ctx.job.get("exit_code") == 0 or (proof and proof.proven)):
         return None
+    # A rank silent after that line, whose peers' progress shows it took part, did not stop there.
+    joined = proof.participating if proof else set()
     stuck: list[dict[str, Any]] = []
-    for rows in ctx.by_rank.values():
+    for rank, rows in ctx.by_rank.items():
+        if rank in joined:
+            continue
         live = [r for r in rows if r["level"] != "benign" and r["kind"] not in ("worker_sigterm_sent",)]
         if live and live[-1]["kind"] in kinds and _where_ok(rule, ctx, live[-1]):
             stuck.append(live[-1])
@@ -186,7 +150,8 @@ def _latest_attempt(ctx: Context, e: dict[str, Any]) -> bool:
 
 
 def cond_field_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
-    """Ranks disagree on a value they should share; rank 0 (the broadcast source) is the reference."""
+    """Ranks disagree on a value they should share: the odd ones out of a clear majority, else (two ranks, a tie)
+    the ones that differ from rank 0, the broadcast source."""
     offset_ok = set(rule.condition.get("allow_rank_offset", []))
     differing: dict[str, dict[int, str]] = {}
     culprits: set[int] = set()
@@ -217,11 +182,13 @@ def cond_field_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -
         if name in offset_ok and _offset_by_rank(values):
             continue
         differing[name] = values
-        if 0 in values:
-            culprits |= {r for r, v in values.items() if v != values[0]}
+        counts = Counter(values.values()).most_common()
+        if len(values) >= 3 and counts[0][1] > counts[1][1] and counts[0][1] * 2 > len(values):
+            culprits |= {r for r, v in values.items() if v != counts[0][0]}  # the odd ones out of a clear majority
+        elif 0 in values:
+            culprits |= {r for r, v in values.items() if v != values[0]}  # rank 0 is the broadcast source
         else:
-            common = Counter(values.values()).most_common(1)[0][0]
-            culprits |= {r for r, v in values.items() if v != common}
+            culprits |= {r for r, v in values.items() if v != counts[0][0]}
     if not differing:
         return None
     evidence = [e for e in events if any(ctx.field(e, n) is not None for n in differing)]
@@ -287,8 +254,6 @@ def cond_same_seq_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]
 
 def _deviating(ctx: Context, seq: int, rows: list[dict[str, Any]]) -> list[int]:
     """With two ranks a vote cannot decide: blame the rank that broke its own pattern of collectives."""
-    from logscope.rules.checks import breaks_own_pattern
-
     return sorted(
         {
             e["rank"]
@@ -328,8 +293,6 @@ def cond_seq_lag(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit 
 
 
 def cond_check(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
-    from logscope.rules.checks import CHECKS
-
     return CHECKS[rule.condition["name"]](rule, ctx, events, rule.condition.get("params", {}))
 
 
@@ -626,9 +589,21 @@ def finding(rule: Rule, ctx: Context, hit: Hit, input_path: str) -> dict[str, An
         ctx.job.get("exit_code") == 0
         and attempts
         and max(attempts) < ctx.final_attempt
-        and SEVERITY_RANK[severity] > SEVERITY_RANK["warning"]
+        and SEVERITY_ORDER[severity] > SEVERITY_ORDER["warning"]
     ):
         severity = "warning"  # an earlier attempt failed and the elastic restart recovered
+    survived = False
+    proof = ctx.completion
+    if (
+        proof is not None
+        and proof.proven
+        and (hit.category or rule.category) in SURVIVABLE
+        and SEVERITY_ORDER[severity] > SEVERITY_ORDER["warning"]
+    ):
+        severity = "warning"  # the logs prove the run finished: this did not stop it (a caught, logged error)
+        survived = True
+    # A generic rule that found a failure of a known category gives that category's next step.
+    step = ctx.steps.get(hit.category, rule.next_step) if hit.category not in (None, rule.category) else rule.next_step
     confidence = rule.confidence * hit.confidence_factor
     if ctx.hidden:
         confidence *= 0.85
@@ -636,7 +611,7 @@ def finding(rule: Rule, ctx: Context, hit: Hit, input_path: str) -> dict[str, An
         confidence *= 0.85
     return {
         "rule": rule.id,
-        "category": rule.category,
+        "category": hit.category or rule.category,
         "severity": severity,
         "confidence": round(min(1.0, confidence), 2),
         "title": rule.title,
@@ -645,19 +620,42 @@ def finding(rule: Rule, ctx: Context, hit: Hit, input_path: str) -> dict[str, An
         "culprit_ranks": culprits,
         "collective": collective,
         "evidence": _evidence(ctx, hit.events),
-        "next_step": rule.next_step["id"],
+        "next_step": step["id"],
         "specificity": rule.specificity,
-        "next_step_command": rule.next_step.get("command", "").format_map(values) or None,
-        "next_step_detail": rule.next_step.get("detail", "").format_map(values) or None,
+        "survived": survived,
+        "next_step_command": step.get("command", "").format_map(values) or None,
+        "next_step_detail": step.get("detail", "").format_map(values) or None,
     }
 
 
-def evaluate(rules: list[Rule], aligned: Aligned, input_path: str = "") -> list[dict[str, Any]]:
-    ctx = Context(aligned)
-    findings = []
+def category_steps(rules: list[Rule]) -> dict[str, dict[str, Any]]:
+    """Each category's usual next step: the step most of its main-stage rules give (as the least specific of them
+    words it), for a generic rule that found a failure of that category."""
+    by_category: dict[str, list[Rule]] = defaultdict(list)
     for rule in rules:
-        events = matched(rule, ctx)
-        hit = CONDITIONS[rule.condition["type"]](rule, ctx, events)
-        if hit is not None:
-            findings.append(finding(rule, ctx, hit, input_path))
-    return findings
+        if rule.stage == "main":
+            by_category[rule.category].append(rule)
+    steps: dict[str, dict[str, Any]] = {}
+    for category, members in by_category.items():
+        votes = Counter(r.next_step["id"] for r in members)
+        usual = max(votes, key=lambda step_id: (votes[step_id], -int(step_id[1:])))  # a tie: the earlier step
+        steps[category] = min((r for r in members if r.next_step["id"] == usual), key=lambda r: r.specificity).next_step
+    return steps
+
+
+def evaluate(rules: list[Rule], aligned: Aligned, input_path: str = "") -> list[dict[str, Any]]:
+    """Main-stage rules first; then the fallback rules, which see what the main stage found and which events it used
+    (the generic failure detector takes the error lines nothing else explained; the stall rule speaks only when
+    nothing failed and nothing proves the run finished)."""
+    ctx = Context(aligned)
+    ctx.steps = category_steps(rules)
+    findings = ctx.findings
+    for stage in STAGES:
+        for rule in rules:
+            if rule.stage != stage:
+                continue
+            hit = CONDITIONS[rule.condition["type"]](rule, ctx, matched(rule, ctx))
+            if hit is not None:
+                findings.append(finding(rule, ctx, hit, input_path))
+                ctx.claimed.update((e["sid"], e["line"]) for e in hit.events)
+    return list(findings)

@@ -15,6 +15,8 @@ import yaml
 from logscope import safeyaml
 from logscope.errors import RuleError
 from logscope.events.catalogue import catalogue
+from logscope.rules import checks as _checks  # noqa: F401  (registers the Python checks)
+from logscope.rules.api import CHECKS
 
 # A wheel ships the top-level rules/ as logscope/rulepack/ (pyproject.toml); a source checkout reads rules/ itself.
 _PACKAGED_RULES = Path(__file__).resolve().parents[1] / "rulepack"
@@ -41,6 +43,8 @@ class Rule:
     tests: dict[str, list[dict[str, Any]]]
     path: Path
     name: str = ""
+    known_problems: str = ""
+    stage: str = "main"  # main | fallback (evaluated after the main stage, seeing its findings)
     compiled: dict[str, regex.Pattern[str]] = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -168,8 +172,6 @@ def parse_rule(path: Path) -> Rule:
                 except regex.error as exc:
                     raise fail(("match", "where", str(i), key), f"regex does not compile: {exc}") from None
     if data["condition"]["type"] == "check":
-        from logscope.rules.checks import CHECKS
-
         name = data["condition"].get("name")
         if name not in CHECKS:
             raise fail(("condition", "name"), f"unknown check '{name}' (known: {', '.join(sorted(CHECKS))})")
@@ -180,6 +182,8 @@ def parse_rule(path: Path) -> Rule:
     return Rule(
         id=data["id"],
         name=data.get("name", ""),
+        stage=data.get("stage", "main"),
+        known_problems=data.get("known_problems", ""),
         title=data["title"],
         category=data["category"],
         severity=data["severity"],

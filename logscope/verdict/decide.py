@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.align.model import Aligned
+from logscope.verdict.causes import assign_roles, first_cause, rank_key
 from logscope.verdict.workflow import CHECKLIST, DEFAULT_COMMANDS, STEPS
+from logscope.vocab import GUESS_BELOW, SEVERITY_ORDER
 
-SEVERITY_ORDER = {"info": 0, "note": 1, "warning": 2, "error": 3, "critical": 4}
+INTERNAL_KEYS = ("specificity", "next_step_command", "next_step_detail", "onset", "survived")
 
 
 def _strip(f: dict[str, Any]) -> dict[str, Any]:
     """The contract's finding (internal ranking keys removed)."""
-    return {k: v for k, v in f.items() if k not in ("specificity", "next_step_command", "next_step_detail")}
+    return {k: v for k, v in f.items() if k not in INTERNAL_KEYS}
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -22,31 +24,32 @@ def _ranks(ranks: list[int]) -> str:
 def decide(
     findings: list[dict[str, Any]], aligned: Aligned, input_path: str = ""
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The most specific cause wins: a mismatch explains a timeout, a crash explains its peers' errors."""
-    ranked = sorted(
-        findings,
-        key=lambda f: (
-            SEVERITY_ORDER[f["severity"]] >= 2,
-            f["specificity"],
-            SEVERITY_ORDER[f["severity"]],
-            f["confidence"],
-        ),
-        reverse=True,
-    )
+    """The first cause wins: a mismatch explains a timeout, a crash explains its peers' errors (verdict/causes.py)."""
+    assign_roles(findings, aligned.rows)
+    ranked = sorted(findings, key=rank_key, reverse=True)
     checklist = _checklist(aligned, findings)
     completeness = _completeness(aligned)
-    top = ranked[0] if ranked and SEVERITY_ORDER[ranked[0]["severity"]] >= 2 else None
+    cause = first_cause(ranked)
+    if cause is not None:
+        ranked.remove(cause)
+        ranked.insert(0, cause)
+    # A failure that the finished run survived is reported, but it is not what the run's verdict is about.
+    top = ranked[0] if ranked and SEVERITY_ORDER[ranked[0]["severity"]] >= 2 and not ranked[0]["survived"] else None
     if top is None:
         v2 = next(c for c in checklist if c["id"] == "V2")["status"]
         v3 = next(c for c in checklist if c["id"] == "V3")["status"]
-        confidence = 0.9 if (v2 == "pass" and v3 == "pass") else 0.6 if "pass" in (v2, v3) else 0.4
-        step = "W1" if not findings else findings[0]["next_step"]
+        proof = aligned.completion
+        confidence = proof.strength if proof is not None and proof.proven else 0.4
+        if v2 == "pass" and v3 == "pass":
+            confidence = max(confidence, 0.9)
+        step = "W5"
         verdict = {
             "category": "healthy",
             "culprit_ranks": [],
             "confidence": round(confidence * completeness, 2),
             "summary": _healthy_summary(aligned, v2, v3),
             "rule": None,
+            "guess": round(confidence * completeness, 2) < GUESS_BELOW,
             "next_step": {
                 "id": step,
                 "title": STEPS[step],
@@ -57,6 +60,7 @@ def decide(
         findings[:] = [_strip(f) for f in findings]
         return verdict, checklist
     explained = [f for f in ranked if f is not top and SEVERITY_ORDER[f["severity"]] >= 2]
+    confidence = round(top["confidence"] * completeness, 2)
     summary = top["message"]
     if explained:
         summary += (
@@ -77,9 +81,10 @@ def decide(
     verdict = {
         "category": top["category"],
         "culprit_ranks": top["culprit_ranks"],
-        "confidence": round(top["confidence"] * completeness, 2),
+        "confidence": confidence,
         "summary": summary,
         "rule": top["rule"],
+        "guess": confidence < GUESS_BELOW,
         "next_step": {
             "id": step_id,
             "title": STEPS[step_id],

@@ -1,0 +1,334 @@
+"""The per-rank state model: what each rank did, as far as the logs show, in the terms the reasoning needs.
+
+Align builds one `RankState` per global rank; rules and the verdict read them (never the other way round). The
+facts here are the ones cause-versus-consequence reasoning is written against: how far a rank got (phases, last
+progress, last collective), whether and how it ended (exit code, signal, clean end), when its first failure line
+was printed, and whether its whole output is here or only an excerpt.
+
+Clocks: a line's time is only known when its prefix prints one. `clock()` turns what is printed into seconds
+within a year (c10/glog stamps print no year), so lines of different ranks compare when both carry a stamp.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from logscope.events.catalogue import catalogue
+from logscope.vocab import PHASE_ORDER, Phase
+
+# Lines that say a rank moved forward in training (rank 0 prints most of them in RL libraries).
+PROGRESS_KINDS = frozenset({"iteration", "progress", "progress_bar", "throughput", "train_start"})
+# Lines that say a rank's training loop finished.
+END_KINDS = frozenset({"training_time", "train_final", "final_checksum", "run_completed", "env_closed"})
+# Lines a launcher prints about a worker (torchrun's agent, srun, DeepSpeed's launcher, mp.spawn's parent): not
+# the worker's own output, though they name its rank.
+AGENT_KINDS = frozenset(
+    {"child_failure", "worker_failed", "worker_sigterm_sent", "worker_force_killed"}
+    | {s.kind for s in catalogue().signatures if s.names_rank}
+)
+# Lines that carry a collective's SeqNum with the state it reached on the rank that prints them.
+COLLECTIVE_KINDS = frozenset(
+    {
+        "nccl_watchdog_timeout",
+        "nccl_blocking_wait_timeout",
+        "nccl_pg_status",
+        "nccl_work_progress",
+        "nccl_dump_signal",
+        "collective_fingerprint",
+    }
+)
+_DAY = 86400.0
+# Kinds that prose, READMEs and config files can produce too ("Step 1: install", "5 parameters", "torch==2.13").
+WEAK_KINDS = frozenset({"progress", "model_params", "torch_version"})
+# A training loop's own progress lines, when nothing else is recognised, make a log from this many on.
+MIN_PROGRESS_LINES = 3
+
+
+def clock(row: dict[str, Any]) -> float | None:
+    """Seconds since the start of the printed year (month*32+day days), or None when the line has no stamp."""
+    if row.get("ts") is not None:
+        t = time.gmtime(row["ts"])  # printed local time, read as UTC by normalise: the printed clock again
+        return ((t.tm_mon * 32 + t.tm_mday) * _DAY) + t.tm_hour * 3600 + t.tm_min * 60 + t.tm_sec
+    text = row.get("ts_text")
+    if not text or " " not in text:
+        return None
+    mmdd, _, hms = str(text).partition(" ")
+    if not (mmdd.isdigit() and 3 <= len(mmdd) <= 4 and len(hms) >= 8):
+        return None
+    try:
+        h, m, s = (int(x) for x in hms[:8].split(":"))
+    except ValueError:
+        return None
+    return ((int(mmdd[:-2]) * 32 + int(mmdd[-2:])) * _DAY) + h * 3600 + m * 60 + s
+
+
+@dataclass(slots=True)
+class Collective:
+    """The furthest collective a rank is known to have reached in one process group."""
+
+    pg: str
+    seq: int | None = None
+    op: str | None = None
+    numel_in: int | None = None
+    numel_out: int | None = None
+    enqueued: int | None = None
+    completed: int | None = None
+
+
+@dataclass(slots=True)
+class RankState:
+    rank: int
+    status: str = "hidden"  # visible | hidden | silent (vocabulary of the rank table)
+    complete: bool = False  # its whole output is here (own file, tee'd console stream), not an excerpt of it
+    attempt: int = 0
+    phases: set[str] = field(default_factory=set)  # phases its own lines reached (fail excluded)
+    furthest: int = -1  # PHASE_ORDER of the furthest of them
+    last_event: dict[str, Any] | None = None  # its last own line of the furthest phase
+    last_progress: dict[str, Any] | None = None
+    last_iteration: int | None = None
+    progress_count: int = 0  # its own progress lines (iterations, steps, progress bars)
+    first_error: dict[str, Any] | None = None  # its earliest own error-level line (by clock, else by order)
+    first_error_clock: float | None = None
+    first_clock: float | None = None
+    last_clock: float | None = None
+    exit_code: int | None = None
+    exit_clock: float | None = None  # when torchrun saw it exit (ChildFailedError time, error.json)
+    ended: bool = False  # printed a line that its training loop finished
+    collectives: dict[str, Collective] = field(default_factory=dict)  # by process group
+    kinds: set[str] = field(default_factory=set)  # every kind of its own lines
+
+    @property
+    def failed(self) -> bool:
+        return self.first_error is not None or self.exit_code not in (None, 0)
+
+    @property
+    def reached_train(self) -> bool:
+        return self.furthest >= PHASE_ORDER[Phase.TRAIN]
+
+    def last_seq(self, pg: str = "0") -> int | None:
+        c = self.collectives.get(pg)
+        if c is None:
+            return None
+        known = [s for s in (c.seq, c.enqueued) if s is not None]
+        return max(known) if known else None
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def build_states(
+    rows: list[dict[str, Any]], rank_rows: list[dict[str, Any]], complete_ranks: set[int]
+) -> dict[int, RankState]:
+    """One RankState per rank of the rank table, from the aligned rows (in rank, attempt, source order)."""
+    states = {
+        r["rank"]: RankState(
+            rank=r["rank"],
+            status=r["status"],
+            complete=r["rank"] in complete_ranks,
+            attempt=r["attempt"] or 0,
+            exit_code=r["exit_code"],
+            last_iteration=r["last_iteration"],
+        )
+        for r in rank_rows
+    }
+    for row in rows:
+        rank = row["rank"]
+        state = states.get(rank) if rank is not None else None
+        if state is None or (row["attempt"] is not None and row["attempt"] < state.attempt):
+            continue
+        kind = row["kind"]
+        when = clock(row)
+        if kind in AGENT_KINDS:
+            if kind == "child_failure":
+                stamp = row["_f"].get("time")
+                state.exit_clock = clock({"ts_text": None, "ts": _iso_epoch(stamp)}) if stamp else state.exit_clock
+            continue
+        state.kinds.add(kind)
+        if when is not None:
+            state.first_clock = when if state.first_clock is None else min(state.first_clock, when)
+            state.last_clock = when if state.last_clock is None else max(state.last_clock, when)
+        if row["level"] == "benign":
+            continue
+        phase = row["phase"]
+        if phase != Phase.FAIL and phase in PHASE_ORDER:
+            state.phases.add(phase)
+            order = PHASE_ORDER[phase]
+            if order >= state.furthest:
+                state.furthest, state.last_event = order, row
+        if kind in PROGRESS_KINDS:
+            state.last_progress = row
+            state.progress_count += 1
+        if _is_end(row):
+            state.ended = True
+        if row["level"] == "error":
+            first = state.first_error_clock
+            if state.first_error is None or (when is not None and first is not None and when < first):
+                state.first_error, state.first_error_clock = row, when
+        if kind == "error_file" and state.exit_clock is None:
+            stamp = _int(row["_f"].get("timestamp"))
+            if stamp is not None:
+                state.exit_clock = clock({"ts": float(stamp), "ts_text": None})
+        if kind in COLLECTIVE_KINDS:
+            _note_collective(state, row)
+    return states
+
+
+def _note_collective(state: RankState, row: dict[str, Any]) -> None:
+    pg = str(row["pg"] or "0")
+    c = state.collectives.setdefault(pg, Collective(pg=pg))
+    seq = row["seq"]
+    if seq is not None and 0 <= seq < 1 << 40 and (c.seq is None or seq >= c.seq):
+        c.seq, c.op = seq, row["op"] or c.op
+        c.numel_in = row["numel_in"] if row["numel_in"] is not None else c.numel_in
+        c.numel_out = row["numel_out"] if row["numel_out"] is not None else c.numel_out
+    f = row["_f"]
+    for name in ("enqueued", "completed"):
+        value = _int(f.get(name))
+        if value is not None and 0 <= value < 1 << 40:
+            current = getattr(c, name)
+            setattr(c, name, value if current is None else max(current, value))
+
+
+def _iso_epoch(stamp: Any) -> float | None:
+    """ChildFailedError's `time : 2024-05-01_10:11:12` as printed, read as UTC (like normalise's stamps)."""
+    text = str(stamp).strip().replace("_", " ").replace("T", " ")
+    try:
+        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%d %H:%M:%S")))
+    except (ValueError, OverflowError):
+        return None
+
+
+# Lines of these phases are the start of a run: a log that holds them is the whole log, not an excerpt.
+EARLY_PHASES = frozenset({Phase.LAUNCH, Phase.INIT, Phase.SYNC})
+# A peer that printed this many progress lines (or its end) took every rank of the job through its collectives.
+PROGRESS_PROOF = 2
+
+
+@dataclass(slots=True)
+class Completion:
+    """Whether the logs prove that the run finished, and where each rank's log stops when they do not."""
+
+    proven: bool
+    strength: float  # how strong the proof is (0 when not proven); the healthy verdict's confidence starts here
+    how: str  # one sentence: what proves it, or what is missing
+    evidence: list[dict[str, Any]]
+    participating: set[int]  # ranks silent after some point whose peers' progress shows they took part
+    stopped: dict[int, dict[str, Any]]  # rank -> its last own line, for ranks not shown to have finished
+
+
+def _is_end(row: dict[str, Any]) -> bool:
+    """A line that says its process's training finished: an end line, NCCL's communicator destroyed, torchrun's
+    clean finish, or a progress line at its last step ("Learning iteration 5/6", a progress bar at 96/96)."""
+    kind = row["kind"]
+    return (
+        kind in END_KINDS
+        or kind == "worker_group_finished"
+        or (kind == "nccl_comm_init" and row["_f"].get("state") == "Destroy COMPLETE")
+        or (kind in PROGRESS_KINDS and _at_last_step(row))
+    )
+
+
+def _at_last_step(row: dict[str, Any]) -> bool:
+    f = row["_f"]
+    total = _int(f.get("total"))
+    done = _int(f.get("iteration") if f.get("iteration") is not None else f.get("step"))
+    if total is None or done is None or total <= 1:
+        return False
+    # rsl_rl counts iterations from 0 ("Learning iteration 5/6" is the last); progress bars count to the total.
+    return done >= total - 1 if row["kind"] == "iteration" else done >= total
+
+
+def participating(states: dict[int, RankState]) -> set[int]:
+    """Ranks whose own lines stop early, while a peer's later progress shows that they took part.
+
+    In rsl_rl, rl_games and skrl only rank 0 prints after the parameter sync: each iteration it prints needed every
+    rank's gradients (or the broadcast before it), so a rank whose last line is the sync line was there. Only a rank
+    whose peers stopped too can be stalled.
+    """
+    movers = [
+        s
+        for s in states.values()
+        if s.status == "visible" and s.first_error is None and (s.ended or s.progress_count >= PROGRESS_PROOF)
+    ]
+    if not movers:
+        return set()
+    furthest = max(s.furthest for s in movers)
+    return {
+        s.rank
+        for s in states.values()
+        if s.status != "hidden"
+        and s.first_error is None
+        and s.exit_code in (None, 0)
+        and not s.ended
+        and s.furthest < furthest
+        and s not in movers
+    }
+
+
+def completion(states: dict[int, RankState], job: dict[str, Any], rows: list[dict[str, Any]]) -> Completion:
+    """Positive evidence that the run completed: a clean exit, every rank's end, or one rank's end with its peers
+    shown to take part. Without it a run with no error is not healthy: its logs stop somewhere."""
+    joined = participating(states)
+    visible = [s for s in states.values() if s.status == "visible"]
+    ends = [r for r in rows if _is_end(r)]
+    stopped = {
+        s.rank: s.last_event for s in visible if not s.ended and s.rank not in joined and s.last_event is not None
+    }
+    if job.get("exit_code") == 0:
+        return Completion(True, 0.95, "the job exited with status 0", ends[:4], joined, {})
+    enders = [s for s in visible if s.ended]
+    failed = [s for s in visible if s.failed]
+    if enders and not failed and all(s.ended or s.rank in joined for s in visible):
+        how = (
+            "every rank printed the end of its training"
+            if len(enders) == len(visible)
+            else f"rank(s) {', '.join(str(s.rank) for s in enders)} finished training and their progress shows "
+            f"rank(s) {', '.join(str(r) for r in sorted(joined))} took part"
+        )
+        return Completion(True, 0.9 if len(enders) == len(visible) else 0.8, how, ends[:4], joined, {})
+    if ends and not failed and not visible:
+        return Completion(True, 0.75, "the log ends with the run's own end line", ends[:4], joined, {})
+    steady = _steady_excerpt(states, rows)
+    if steady:
+        how = (
+            f"an excerpt that shows steady progress ({len(steady)} progress lines) and no error; "
+            "the run's end is not in it"
+        )
+        return Completion(True, 0.45, how, steady[-2:], joined, {})
+    return Completion(False, 0.0, "no line shows that the run finished", [], joined, stopped)
+
+
+def _steady_excerpt(states: dict[int, RankState], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The progress lines of a pasted excerpt that shows training moving on and nothing going wrong, else [].
+
+    Only for excerpts: a rank's own whole log (a per-rank file, a tee'd stream) that stops mid-training stopped, and
+    so did a log that holds the run's start (launch, init or sync lines): that is the whole log, not a cut of it.
+    """
+    if any(r["level"] == "error" or r["phase"] in EARLY_PHASES or r["node"] is not None for r in rows):
+        return []
+    progress = [r for r in rows if r["kind"] in PROGRESS_KINDS]
+    if len(progress) < MIN_PROGRESS_LINES:
+        return []
+    last: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        newer = row["sid"] not in last or row["line"] >= last[row["sid"]]["line"]
+        if row["level"] != "benign" and row["kind"] not in AGENT_KINDS and newer:
+            last[row["sid"]] = row
+    return progress if all(r["phase"] == Phase.TRAIN for r in last.values()) else []
+
+
+def looks_like_a_log(rows: list[dict[str, Any]]) -> bool:
+    """Whether the recognised lines make a training or launcher log (else the input is not one: exit 2)."""
+    weak = 0
+    for row in rows:
+        if row["kind"] not in WEAK_KINDS:
+            return True
+        weak += row["kind"] == "progress"
+    return weak >= MIN_PROGRESS_LINES

@@ -1,0 +1,127 @@
+"""What rules and their checks are written against: the check registry, the evaluation context, a condition's hit.
+
+The engine (engine.py) evaluates rule files; the Python checks (checks.py) are registered here by name and
+receive the same Context. Neither imports the other, so the rules package has no import circle.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from logscope.align.model import Aligned
+from logscope.align.state import Completion, RankState, clock
+from logscope.events.catalogue import catalogue
+from logscope.vocab import PHASE_ORDER
+
+if TYPE_CHECKING:
+    from logscope.rules.loader import Rule
+
+@dataclass
+class Hit:
+    """What a condition found: evidence events, the ranks involved, and values for the message."""
+
+    events: list[dict[str, Any]]
+    ranks: set[int] = field(default_factory=set)
+    culprits: list[int] | None = None  # set by conditions that know the culprit themselves
+    values: dict[str, Any] = field(default_factory=dict)
+    confidence_factor: float = 1.0
+    severity: str | None = None
+    category: str | None = None  # set by the generic fallback, whose category is the family of what it found
+
+
+# Families of kinds (signatures.yaml `tags`), for the reasoning that groups failures by what they say.
+TAGGED = catalogue().tagged
+COMM_FAMILY = TAGGED("comm", "timeout")
+# Warnings that, where a log stops at them, are the lead: the communication library, or the rendezvous/store.
+LEAD_FAMILY = TAGGED("comm", "timeout", "rendezvous")
+REMOTE_KINDS = TAGGED("remote", "teardown")
+CATEGORY_OF_TAG = (
+    ("oom", "oom"),
+    ("rendezvous", "rendezvous_failure"),
+    ("timeout", "collective_timeout"),
+    ("comm", "comm_error"),
+)
+
+
+def family_category(kind: str, default: str = "crash") -> str:
+    """The category a failure line of this kind says on its own (an NCCL error: comm_error; OOM: oom)."""
+    tags = set().union(*(sig.tags for sig in catalogue().of_kind(kind))) if kind else set()
+    return next((category for tag, category in CATEGORY_OF_TAG if tag in tags), default)
+
+
+def order_key(e: dict[str, Any]) -> tuple[float, int, int]:
+    """When a line was printed, as far as the logs tell: its clock where it has one, then its place in its file
+    (a console interleaves every rank in time order)."""
+    when = clock(e)
+    return (when if when is not None else float("inf"), e["sid"], e["line"])
+
+
+class Context:
+    """The aligned run, indexed for the conditions."""
+
+    def __init__(self, aligned: Aligned) -> None:
+        self.aligned = aligned
+        self.job = aligned.job
+        self.rows: list[dict[str, Any]] = aligned.rows  # read only: conditions never change an event
+        self.by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for row in self.rows:
+            self.by_kind[row["kind"]].append(row)
+            if row["rank"] is not None:
+                self.by_rank[row["rank"]].append(row)
+        self.ranks: dict[int, dict[str, Any]] = {r["rank"]: r for r in aligned.rank_rows()}
+        self.visible = {r for r, info in self.ranks.items() if info["status"] == "visible"}
+        self.hidden = {r for r, info in self.ranks.items() if info["status"] == "hidden"}
+        self.final_attempt = max((r["attempt"] for r in self.rows if r["attempt"] is not None), default=0)
+        self.regex_timeouts: Counter[str] = Counter()
+        self.states: dict[int, RankState] = aligned.states
+        self.completion: Completion | None = aligned.completion
+        # Filled by the engine before the fallback stage: what the main stage found, and the events it used.
+        self.findings: list[dict[str, Any]] = []
+        self.claimed: set[tuple[int, int]] = set()
+        self.steps: dict[str, dict[str, Any]] = {}  # category -> the next step its main rules give
+
+    def field(self, row: dict[str, Any], name: str) -> Any:
+        if name in row and name not in ("fields", "_f") and row[name] is not None:
+            return row[name]
+        return row["_f"].get(name)
+
+    def reached(self, rank: int, phase: str) -> bool:
+        want = PHASE_ORDER[phase]
+        return any(
+            PHASE_ORDER.get(r["phase"], -1) >= want and r["level"] != "benign" and r["phase"] != "fail"
+            for r in self.by_rank.get(rank, [])
+        )
+
+
+CheckFn = Callable[["Rule", Context, list[dict[str, Any]], dict[str, Any]], Hit | None]
+CHECKS: dict[str, CheckFn] = {}
+
+
+def check(name: str) -> Callable[[CheckFn], CheckFn]:
+    """Register a Python check under the name a rule file gives in `condition: {type: check, name: ...}`."""
+
+    def register(fn: CheckFn) -> CheckFn:
+        CHECKS[name] = fn
+        return fn
+
+    return register
+
+
+def breaks_own_pattern(ctx: Context, rank: int, seq: int, op: Any, shape: Any) -> bool:
+    """The rank ran a different op on the same tensor shape than the last time it saw that shape."""
+    earlier = [
+        x
+        for x in ctx.by_rank.get(rank, [])
+        if x["kind"] == "collective_fingerprint"
+        and x["seq"] is not None
+        and x["seq"] < seq
+        and x["_f"].get("shape") == shape
+    ]
+    if not earlier:
+        return False
+    last = max(earlier, key=lambda x: x["seq"])
+    return bool(last["op"] != op)

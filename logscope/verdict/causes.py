@@ -1,0 +1,141 @@
+"""Cause versus consequence: which finding is the first thing that went wrong, and which ones it explains.
+
+In a multi-rank failure most lines are consequences: peers' watchdog timeouts, "remote process exited", "Connection
+closed by peer", SIGTERM/SIGABRT teardown. Each failure finding gets a role (vocab.Role) and, when it is a
+consequence, the rule of the finding that explains it. The verdict is the first cause.
+
+What makes a finding a consequence, in this order:
+1. every line it rests on says that a peer went away (remote errors, lost connections, teardown), and another
+   failure finding names the rank that went;
+2. another failure finding is of a kind that explains it (a mismatch, a skipped sync, a crash or an OOM explains
+   its peers' timeouts and communication errors: the rule's specificity encodes that order) and names a culprit
+   among the ranks this one waited for, or this one names no culprit of its own;
+3. when both carry clocks, a failure that started later than another one's first line, on other ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import regex
+
+from logscope.align.state import clock
+from logscope.rules.api import REMOTE_KINDS
+from logscope.vocab import SEVERITY_ORDER, Role, Severity
+
+# How NCCL, gloo and c10d word a failure that another process caused.
+_REMOTE_WORDING = regex.compile(
+    r"remote process|RemoteError|[Cc]onnection (?:closed|reset) by (?:remote )?peer|socketProgress|"
+    r"[Bb]roken pipe|peer .{0,40}(?:closed|exited)|recvValue failed|sendBytes failed|failed to recv, got 0 bytes"
+)
+# Categories whose findings are symptoms that another rank's failure produces.
+SYMPTOMS = frozenset({"collective_timeout", "comm_error", "stall", "crash"})
+# Categories that are a cause of their own (a rank's own fault or a disagreement between ranks).
+CAUSES = frozenset(
+    {"oom", "crash", "collective_mismatch", "config_disagreement", "missing_sync", "single_rank", "rendezvous_failure"}
+)
+# Two findings whose first lines are this close in time started together (clocks print whole seconds).
+SAME_MOMENT_S = 1.0
+
+
+def is_remote_line(e: dict[str, Any]) -> bool:
+    """A line that says a peer went away: a consequence wherever another rank failed by itself."""
+    return e.get("kind") in REMOTE_KINDS or bool(_REMOTE_WORDING.search(str(e.get("text") or "")))
+
+
+def failing(f: dict[str, Any]) -> bool:
+    return SEVERITY_ORDER[f["severity"]] >= SEVERITY_ORDER[Severity.ERROR]
+
+
+def onset(f: dict[str, Any], events: dict[tuple[str, int], dict[str, Any]]) -> float | None:
+    """The earliest clock among a finding's evidence lines (None when none carries a stamp)."""
+    times = [
+        t
+        for item in f["evidence"]
+        if (e := events.get((item["path"], item["line"]))) is not None and (t := clock(e)) is not None
+    ]
+    return min(times) if times else None
+
+
+def assign_roles(findings: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """Set `role`, `caused_by` and (internal) `onset` on every finding (in place)."""
+    events = {(e["source"], e["line"]): e for e in rows}
+    starts = {id(f): onset(f, events) for f in findings}
+    remote_only = {
+        id(f): bool(f["evidence"])
+        and all(
+            is_remote_line(events.get((item["path"], item["line"]), {"text": item["text"]})) for item in f["evidence"]
+        )
+        for f in findings
+    }
+    failures = [f for f in findings if failing(f)]
+    for f in findings:
+        f["role"] = (
+            Role.CAUSE if failing(f) or (f["severity"] == Severity.WARNING and not f.get("survived")) else Role.CONTEXT
+        )
+        f["caused_by"] = None
+        f["onset"] = starts[id(f)]
+    for f in failures:
+        explainer = _explainer(f, failures, starts, remote_only)
+        if explainer is not None:
+            f["role"] = Role.CONSEQUENCE
+            f["caused_by"] = explainer["rule"]
+
+
+def _explainer(
+    f: dict[str, Any],
+    failures: list[dict[str, Any]],
+    starts: dict[int, float | None],
+    remote_only: dict[int, bool],
+) -> dict[str, Any] | None:
+    best: dict[str, Any] | None = None
+    for g in failures:
+        if g is f or remote_only[id(g)]:
+            continue
+        if remote_only[id(f)] and (g["culprit_ranks"] or g["ranks"]):
+            explains = True
+        elif f["category"] in SYMPTOMS and g["specificity"] > f["specificity"]:
+            # A more specific finding explains this one when it names who the others waited for, or this one
+            # names nobody; a rank's own crash does not explain a disagreement found elsewhere.
+            explains = not f["culprit_ranks"] or bool(set(g["culprit_ranks"]) & set(f["culprit_ranks"]))
+            if f["category"] == "crash" and g["category"] not in CAUSES - {"crash"}:
+                explains = explains and not (set(f["culprit_ranks"]) - set(g["culprit_ranks"]))
+        else:
+            explains = False
+        f_start, g_start = starts[id(f)], starts[id(g)]
+        if explains and f_start is not None and g_start is not None and g_start > f_start + SAME_MOMENT_S:
+            explains = g["category"] in CAUSES - {"crash"}  # a disagreement is a cause whenever it was printed
+        if explains and (best is None or g["specificity"] > best["specificity"]):
+            best = g
+    return best
+
+
+def rank_key(f: dict[str, Any]) -> tuple[Any, ...]:
+    """Order of findings for the verdict: failures first, causes before consequences, then specificity."""
+    return (
+        SEVERITY_ORDER[f["severity"]] >= SEVERITY_ORDER[Severity.WARNING] and not f.get("survived"),
+        f.get("role") == Role.CAUSE,
+        f["specificity"],
+        SEVERITY_ORDER[f["severity"]],
+        f["confidence"],
+    )
+
+
+def first_cause(ranked: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The verdict's finding: the top cause, unless another rank's own failure (crash, OOM) visibly came first."""
+    causes = [f for f in ranked if f.get("role") == Role.CAUSE]
+    if not causes:
+        return None
+    top = causes[0]
+    if top["category"] in ("crash", "oom") and top.get("onset") is not None:
+        earlier = [
+            f
+            for f in causes[1:]
+            if f["category"] in ("crash", "oom")
+            and f.get("onset") is not None
+            and f["onset"] < top["onset"] - SAME_MOMENT_S
+            and not set(f["culprit_ranks"]) & set(top["culprit_ranks"])
+        ]
+        if earlier:
+            return min(earlier, key=lambda f: f["onset"])
+    return top
