@@ -25,6 +25,7 @@ from markupsafe import Markup
 from logscope.events.table import PHASES
 from logscope.model import Analysis
 from logscope.rules.docs import rule_doc
+from logscope.verdict.calibration import calibration_sentence
 
 # Size bounds: the page shows evidence windows and samples, never whole logs.
 MAX_TEXT_CHARS = 400  # one log line in tables and tooltips
@@ -287,6 +288,8 @@ def _verdict_view(verdict: dict[str, Any]) -> dict[str, Any]:
         "culprits": ranks_label(culprits) if culprits else "no culprit rank",
         "has_culprit": bool(culprits),
         "confidence_pct": round(100 * float(verdict.get("confidence") or 0.0)),
+        "guess": bool(verdict.get("guess")),
+        "calibration": calibration_sentence(verdict),
         "summary": clip(verdict.get("summary"), 4000),
         "rule": verdict.get("rule"),
         "step_id": step.get("id"),

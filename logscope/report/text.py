@@ -10,6 +10,7 @@ from rich.table import Table
 
 from logscope.model import Analysis
 from logscope.report.github import printable
+from logscope.verdict.calibration import calibration_sentence
 
 _COLOUR = {"healthy": "green", "single_rank": "yellow", "stall": "yellow"}
 _STATUS = {"pass": "[green]pass[/]", "fail": "[red]fail[/]", "unknown": "[dim]unknown[/]"}
@@ -26,6 +27,7 @@ def render(analysis: Analysis, width: int = 110, color: bool = False) -> str:
     culprit = ", ".join(map(str, v["culprit_ranks"])) or "—"
     console.print(
         f"[bold {colour}]{v['category']}[/]  culprit rank(s): [bold]{culprit}[/]  confidence {v['confidence']:.2f}"
+        f" ({calibration_sentence(v)})"
     )
     console.print(_text(v["summary"]))
     step = v["next_step"]

@@ -6,6 +6,7 @@ from typing import Any
 
 from logscope.align.model import Aligned
 from logscope.verdict.causes import assign_roles, first_cause, rank_key
+from logscope.verdict.calibration import calibration_for
 from logscope.verdict.workflow import CHECKLIST, DEFAULT_COMMANDS, STEPS
 from logscope.vocab import GUESS_BELOW, SEVERITY_ORDER
 
@@ -50,6 +51,7 @@ def decide(
             "summary": _healthy_summary(aligned, v2, v3),
             "rule": None,
             "guess": round(confidence * completeness, 2) < GUESS_BELOW,
+            "calibration": calibration_for(round(confidence * completeness, 2)),
             "next_step": {
                 "id": step,
                 "title": STEPS[step],
@@ -85,6 +87,7 @@ def decide(
         "summary": summary,
         "rule": top["rule"],
         "guess": confidence < GUESS_BELOW,
+        "calibration": calibration_for(confidence),
         "next_step": {
             "id": step_id,
             "title": STEPS[step_id],
