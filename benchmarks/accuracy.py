@@ -2,6 +2,8 @@
 
     python benchmarks/accuracy.py fixtures/cases/blind4_*          # cases as folders (any number)
     python benchmarks/accuracy.py --json out.json fixtures/gpu/*   # also write every row
+    python benchmarks/accuracy.py --rows-from a.json --rows-from b.json \
+        --calibration logscope/verdict/calibration.json --measured-on "..."   # bands from first-sight runs
 
 A case is a folder with a label: `source.yaml` (public excerpts: expected_category, expected_culprits) or
 `scenario.yaml` (real runs: expected_category, culprit_ranks / culprit_rank / expected_culprits). The label file is
@@ -130,7 +132,7 @@ def summary(rows: list[Row]) -> dict[str, Any]:
     failing = [r for r in rows if r.expected_category != "healthy"]
     bands = []
     for low, high in BANDS:
-        inside = [r for r in rows if low <= r.confidence < high]
+        inside = [r for r in rows if low <= r.confidence < high and r.exit_code != 2]  # exit 2: no verdict
         bands.append(
             {
                 "band": f"{low:.2f}–{min(high, 1.0):.2f}",
@@ -151,7 +153,14 @@ def summary(rows: list[Row]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cases", nargs="+", type=Path)
+    parser.add_argument("cases", nargs="*", type=Path)
+    parser.add_argument(
+        "--rows-from",
+        type=Path,
+        action="append",
+        default=[],
+        help="score the rows of an earlier --json run instead of analysing again (first-sight runs, for --calibration)",
+    )
     parser.add_argument("--json", type=Path, help="write every row and the summary here")
     parser.add_argument(
         "--calibration",
@@ -162,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cases = sorted({c for c in args.cases if c.is_dir() and any((c / n).exists() for n in LABEL_FILES)})
     rows = [score(c) for c in cases]
+    for earlier in args.rows_from:
+        rows += [Row(**r) for r in json.loads(earlier.read_text())["rows"]]
     width = max((len(r.case) for r in rows), default=10)
     for r in rows:
         mark = "ok " if r.category_right and r.culprit_right is not False else "BAD"
@@ -190,7 +201,7 @@ def calibration(rows: list[Row], measured_on: str) -> dict[str, Any]:
     """The bands as logscope ships them: range, cases in it, how many of those were right (category and culprit)."""
     bands = []
     for low, high in BANDS:
-        inside = [r for r in rows if low <= r.confidence < high]
+        inside = [r for r in rows if low <= r.confidence < high and r.exit_code != 2]
         right = sum(r.category_right and r.culprit_right is not False for r in inside)
         bands.append({"low": low, "high": high, "cases": len(inside), "right": right})
     return {"measured_on": measured_on, "bands": bands}

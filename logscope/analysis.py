@@ -10,6 +10,7 @@ from pathlib import Path
 from logscope import __version__
 from logscope.errors import InputError
 from logscope.events.helper import Helper
+from logscope.ingest.normalise import log_records
 from logscope.ingest.sources import Inventory, discover
 from logscope.model import SCHEMA_ID, Analysis
 
@@ -57,6 +58,7 @@ def _analyze(
     from logscope.align import align
     from logscope.align.state import looks_like_a_log
     from logscope.events.parallel import extract
+    from logscope.events.startup import startup_differences
     from logscope.rules.engine import evaluate
     from logscope.rules.loader import load_rules
     from logscope.verdict.decide import decide
@@ -70,8 +72,10 @@ def _analyze(
         if not read.sources:
             raise InputError(f"nothing that looks like a log under {path}{detail}")
         raise InputError(f"no readable log lines in {path}{detail}")
+    openers = {src.path: opener for src, opener in inventory.sources}
+    extraction.rows += startup_differences(read.sources, openers)
     aligned = align(extraction, read.sources, read.stats)
-    if not looks_like_a_log(aligned.rows):
+    if not looks_like_a_log(aligned.rows) and not _log_shaped(inventory):
         raise InputError(
             f"nothing that looks like a training or launcher log in {path}: no line of torchrun, torch.distributed, "
             "NCCL, gloo, a training loop or a Python traceback was recognised"
@@ -103,6 +107,28 @@ def _analyze(
         "replay": None,
     }
     return Analysis(diagnosis=diagnosis, events=aligned.events, ranks=aligned.ranks, notes=aligned.notes)
+
+
+# Read from each source's start when no line was recognised, to tell a log in an unknown format from other text.
+SHAPE_BYTES = 64 * 1024
+SHAPE_SOURCES = 16
+MIN_RECORDS = 2
+
+
+def _log_shaped(inventory: Inventory) -> bool:
+    """Whether the input's text is shaped like a log (logger or launcher prefixes, traceback frames), though no
+    line of it is one logscope knows: such a log is analysed (nothing known failed in it), other text is refused."""
+    records = 0
+    for _, opener in inventory.sources[:SHAPE_SOURCES]:
+        try:
+            with opener() as handle:
+                head = handle.read(SHAPE_BYTES)
+        except OSError:
+            continue
+        records += log_records(head.decode("utf-8", errors="replace").splitlines())
+        if records >= MIN_RECORDS:
+            return True
+    return False
 
 
 def _rank_json(row: dict[str, object]) -> dict[str, object]:

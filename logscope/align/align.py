@@ -192,6 +192,7 @@ class _Builder:
         ]
 
     def assign_attempts(self) -> None:
+        self.console_attempts()
         current: dict[tuple[int, int | None], int] = {}
         for row in self.rows:
             if row["attempt"] is not None:
@@ -201,6 +202,26 @@ class _Builder:
             if restart is not None and row["kind"] in ("config_values", "torch_version", "rdzv_field"):
                 current[stream] = restart
             row["attempt"] = current.get(stream)
+
+    def console_attempts(self) -> None:
+        """In a launcher's console of a run that restarted (the tree has attempt_1/...), the lines after a worker's
+        failure belong to the next attempt: torchrun prints no restart line, its workers just start again."""
+        last = max((s.attempt or 0 for s in self.sources), default=0)
+        if last == 0:
+            return
+        by_file: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for row in self.rows:
+            if self.sources[row["sid"]].role == "console":
+                by_file[row["sid"]].append(row)
+        for rows in by_file.values():
+            attempt, failing = 0, False
+            for row in sorted(rows, key=lambda r: r["line"]):
+                if row["kind"] in ("worker_failed", "worker_sigterm_sent"):
+                    failing = True
+                elif failing and row["kind"] not in AGENT_KINDS:
+                    attempt, failing = min(attempt + 1, last), False
+                if row["attempt"] is None:
+                    row["attempt"] = attempt
 
     def order(self) -> None:
         role_order = {"stdout": 0, "console": 1, "stderr": 2, "error_json": 3}

@@ -20,7 +20,7 @@ from logscope.events.catalogue import catalogue
 from logscope.vocab import PHASE_ORDER, Phase
 
 # Lines that say a rank moved forward in training (rank 0 prints most of them in RL libraries).
-PROGRESS_KINDS = frozenset({"iteration", "progress", "progress_bar", "throughput", "train_start"})
+PROGRESS_KINDS = frozenset({"iteration", "progress", "progress_bar", "throughput", "train_start", "benchmark_row"})
 # Lines that say a rank's training loop finished.
 END_KINDS = frozenset({"training_time", "train_final", "final_checksum", "run_completed", "env_closed"})
 # Lines a launcher prints about a worker (torchrun's agent, srun, DeepSpeed's launcher, mp.spawn's parent): not
@@ -42,7 +42,7 @@ COLLECTIVE_KINDS = frozenset(
 )
 _DAY = 86400.0
 # Kinds that prose, READMEs and config files can produce too ("Step 1: install", "5 parameters", "torch==2.13").
-WEAK_KINDS = frozenset({"progress", "model_params", "torch_version"})
+WEAK_KINDS = frozenset({"progress", "benchmark_row", "traceback_frame", "model_params", "torch_version"})
 # A training loop's own progress lines, when nothing else is recognised, make a log from this many on.
 MIN_PROGRESS_LINES = 3
 
@@ -169,7 +169,13 @@ def build_states(
             state.ended = True
         if row["level"] == "error":
             first = state.first_error_clock
-            if state.first_error is None or (when is not None and first is not None and when < first):
+            header = state.first_error is not None and state.first_error["kind"] == "traceback_start"
+            if (
+                state.first_error is None
+                or (when is not None and first is not None and when < first)
+                # A traceback's header says less than the line that ends it: the exception is the error.
+                or (header and kind != "traceback_start" and (when is None or first is None or when <= first + 1))
+            ):
                 state.first_error, state.first_error_clock = row, when
         if kind == "error_file" and state.exit_clock is None:
             stamp = _int(row["_f"].get("timestamp"))
@@ -207,6 +213,8 @@ def _iso_epoch(stamp: Any) -> float | None:
 
 # Lines of these phases are the start of a run: a log that holds them is the whole log, not an excerpt.
 EARLY_PHASES = frozenset({Phase.LAUNCH, Phase.INIT, Phase.SYNC})
+# Exit codes of a rank that did not fail by itself: none yet, a clean exit, or the launcher's SIGTERM at teardown.
+TORN_DOWN = (None, 0, -15)
 # A peer that printed this many progress lines (or its end) took every rank of the job through its collectives.
 PROGRESS_PROOF = 2
 
@@ -252,11 +260,8 @@ def participating(states: dict[int, RankState]) -> set[int]:
     rank's gradients (or the broadcast before it), so a rank whose last line is the sync line was there. Only a rank
     whose peers stopped too can be stalled.
     """
-    movers = [
-        s
-        for s in states.values()
-        if s.status == "visible" and s.first_error is None and (s.ended or s.progress_count >= PROGRESS_PROOF)
-    ]
+    # Progress printed before a failure still shows the peers took part up to then.
+    movers = [s for s in states.values() if s.status == "visible" and (s.ended or s.progress_count >= PROGRESS_PROOF)]
     if not movers:
         return set()
     furthest = max(s.furthest for s in movers)
@@ -265,7 +270,7 @@ def participating(states: dict[int, RankState]) -> set[int]:
         for s in states.values()
         if s.status != "hidden"
         and s.first_error is None
-        and s.exit_code in (None, 0)
+        and s.exit_code in TORN_DOWN
         and not s.ended
         and s.furthest < furthest
         and s not in movers
@@ -293,8 +298,9 @@ def completion(states: dict[int, RankState], job: dict[str, Any], rows: list[dic
             f"rank(s) {', '.join(str(r) for r in sorted(joined))} took part"
         )
         return Completion(True, 0.9 if len(enders) == len(visible) else 0.8, how, ends[:4], joined, {})
-    if ends and not failed and not visible:
-        return Completion(True, 0.75, "the log ends with the run's own end line", ends[:4], joined, {})
+    final_ends = _not_followed_by_failure(ends, rows)
+    if final_ends and not failed and not visible:
+        return Completion(True, 0.75, "the log ends with the run's own end line", final_ends[:4], joined, {})
     steady = _steady_excerpt(states, rows)
     if steady:
         how = (
@@ -303,6 +309,17 @@ def completion(states: dict[int, RankState], job: dict[str, Any], rows: list[dic
         )
         return Completion(True, 0.45, how, steady[-2:], joined, {})
     return Completion(False, 0.0, "no line shows that the run finished", [], joined, stopped)
+
+
+def _not_followed_by_failure(ends: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The end lines after which their file reports no failure: a loading bar at 100 % followed by the launcher
+    SIGTERMing workers and "failed (exitcode: -9)" is no end of the run."""
+    exits = catalogue().tagged("exit", "teardown")
+    last_failure: dict[int, int] = {}
+    for row in rows:
+        if row["level"] == "error" or row["kind"] in exits:
+            last_failure[row["sid"]] = max(last_failure.get(row["sid"], -1), row["line"])
+    return [e for e in ends if e["line"] > last_failure.get(e["sid"], -1)]
 
 
 def _steady_excerpt(states: dict[int, RankState], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -330,5 +347,5 @@ def looks_like_a_log(rows: list[dict[str, Any]]) -> bool:
     for row in rows:
         if row["kind"] not in WEAK_KINDS:
             return True
-        weak += row["kind"] == "progress"
+        weak += row["kind"] in ("progress", "benchmark_row")
     return weak >= MIN_PROGRESS_LINES

@@ -12,6 +12,9 @@ from logscope import safeyaml
 from logscope.events.literals import Literals, required_literals
 
 LEVELS = ("benign", "info", "warning", "error")
+# Event kinds that no signature reads off one line: made from error.json files, torchrun's failure table, and the
+# cross-rank comparison of start-up lines (events/startup.py).
+SYNTHESIZED_KINDS = ("child_failure", "error_file", "startup_differs")
 _KEYS = {
     "kind",
     "level",
@@ -26,6 +29,7 @@ _KEYS = {
     "names_rank",
     "requires_level",
     "examples",
+    "counterexamples",
 }
 # Families of kinds that the reasoning groups by (rules/api.py derives its kind sets from them).
 TAGS = (
@@ -55,6 +59,7 @@ class Signature:
     names_rank: str | None = None  # field holding the rank a launcher's line is about ("process rank 3 exited")
     requires_level: str | None = None  # only a line whose prefix prints this level (an ERROR logger line)
     examples: tuple[str, ...] = ()  # real lines this signature must match (tests run them)
+    counterexamples: tuple[str, ...] = ()  # real lines it must not match
 
     # Compiled on first use: most signatures never match a given input, and compiling all of them is a fifth of
     # a process's start (the scan itself uses `prefilter` in polars).
@@ -130,6 +135,7 @@ def catalogue() -> Catalogue:
                 names_rank=str(entry["names_rank"]) if entry.get("names_rank") else None,
                 requires_level=str(entry["requires_level"]) if entry.get("requires_level") else None,
                 examples=tuple(str(x) for x in entry.get("examples") or []),  # type: ignore[attr-defined]
+                counterexamples=tuple(str(x) for x in entry.get("counterexamples") or []),  # type: ignore[attr-defined]
             )
         )
     union = "|".join(f"(?:{s.prefilter})" for s in signatures)

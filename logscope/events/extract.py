@@ -48,6 +48,7 @@ _KV_COLON = regex.compile(r"\b(rank|local[ _]rank|world[ _]size|seed|num[ _]envs
 _TORCH_ENV = regex.compile(r"\b(TORCH_[A-Z0-9_]+)(?: \([^()]{0,200}\))?: ([^\s,]+)")
 # One encoder for every event's fields: json.dumps with a non-default option builds a new encoder per call.
 _FIELDS_JSON = json.JSONEncoder(ensure_ascii=False)
+_RAISED = regex.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): ")
 _EXC = regex.compile(r"^(?P<exc_type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): (?P<reason>.*)", regex.S)
 
 
@@ -77,9 +78,18 @@ def _fields(sig: Signature, m: regex.Match[str], text: str) -> dict[str, Any]:
     if sig.kind == "config_values":
         for key, value in _KV.findall(text):
             found.setdefault(key, value.rstrip(".:"))
+            # "trainer.world_size=1": the setting is the last part of a dotted name.
+            found.setdefault(key.rsplit(".", 1)[-1], value.rstrip(".:"))
         for key, value in _KV_COLON.findall(text):
             found.setdefault(key.lower().replace(" ", "_"), value)
     return found
+
+
+SAME_START = 12  # lines whose first characters have one shape (digits aside) are records of one template
+
+
+def _shape(text: pl.Expr) -> pl.Expr:
+    return text.str.slice(0, SAME_START).str.replace_all(r"\d", "0")
 
 
 def _unwrap_fixed_width(frame: pl.DataFrame, blocks: list[int]) -> pl.DataFrame:
@@ -110,6 +120,10 @@ def _unwrap_fixed_width(frame: pl.DataFrame, blocks: list[int]) -> pl.DataFrame:
                 pl.col("full")
                 & (pl.col("b").shift(-1) == pl.col("b")).fill_null(False)
                 & ~pl.col("t").shift(-1).str.contains(_LINE_START_RUST).fill_null(True)
+                # A line of the same template as the next or the previous one (fixed-width columns: Megatron's
+                # "iteration  2/ 250000 | ...", nccl-tests' result rows) is a record of a table, not a wrapped one.
+                & (_shape(pl.col("t").shift(-1)) != _shape(pl.col("t"))).fill_null(True)
+                & (_shape(pl.col("t").shift(1)) != _shape(pl.col("t"))).fill_null(True)
             ).alias("absorbs")
         )
     )
@@ -514,7 +528,9 @@ class Extractor:
         fields = _fields(sig, m, line.text)
         # A warning-kind line that its logger printed at error level ("[E socket.cpp:610] ... failed to connect to
         # any network address") is an error: the prefix knows the outcome.
-        level = "error" if sig.level == "warning" and line.level == "error" else sig.level
+        # So is one raised as an exception ("torch.distributed.DistNetworkError: The client socket has failed ...").
+        raised = sig.level == "warning" and _RAISED.match(line.text) is not None
+        level = "error" if sig.level == "warning" and (line.level == "error" or raised) else sig.level
         self._rows.append(self._row(block.sid, src, line_no, sig.kind, level, sig.phase, line, fields))
         if level in ("warning", "error") and self._context_count[block.sid] < MAX_CONTEXT_PER_SOURCE:
             self._context_count[block.sid] += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import calendar
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -42,6 +43,9 @@ _TORCHX = re.compile(r"(?P<role>[A-Za-z_][\w-]*)/(?P<replica>\d+) \[(?P<lrank>\d
 _MPI_TAG = re.compile(r"\[\d+,(?P<grank>\d+)\]<(?:stdout|stderr|stddiag)>: ?")
 # srun --label: "0: ..." (the srun task: a node's launcher when srun starts torchrun, so not taken as a rank).
 _SRUN_LABEL = re.compile(r"\d{1,5}: (?=\S)")
+# pdsh (DeepSpeed's multi-node launcher) and similar fan-out tools: "trainer-2: ...", "localhost: ...". Only a
+# lower-case host name with a digit (or localhost): "RuntimeError: ..." and "rank0: ..." are not hosts.
+_HOST_LABEL = re.compile(r"(?!rank\d)(?:localhost|[a-z][a-z0-9-]*\d[a-z0-9-]*)(?:\.[a-z0-9-]+)*: (?=\S)")
 # A paste quoted in Markdown ("> Traceback ...").
 _QUOTE = re.compile(r">+ ?")
 _PY_19 = re.compile(r"\[(?P<lvl>[A-Z]+)\] (?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3} \w+: ")
@@ -51,6 +55,11 @@ _KIT = re.compile(
     r"\[[^\]]+\] "
 )
 _KIT_UPTIME = re.compile(r"\[\d+\.\d+s\] ")
+# HF transformers' logger: "[INFO|trainer.py:1516] 2023-02-09 22:55:56,474 >> ***** Running training *****".
+_PY_HF = re.compile(r"\[(?P<lvl>[A-Z]+)\|[\w.-]+:\d+\] (?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3} >> ")
+# rich's logging handler: a level column, then the message (" WARNING  Sending process 14 closing signal SIGTERM
+#         api.py:699"); the caller column on the right stays in the text (normalising only strips prefixes).
+_RICH_LEVEL = re.compile(r" ?(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?=\S)")
 _PY_GENERIC = re.compile(
     r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[,.]\d+)? (?:\[(?P<lvl>[A-Z]+)\]|(?P<lvl2>[A-Z]{4,8})|"
     r"- [\w.]+ - (?P<lvl3>[A-Z]+) -) "
@@ -103,7 +112,7 @@ def normalise(raw: str) -> Line:
     if text[:1] in (" ", "\t"):
         # Pasted into an indented code block: the prefixes start after the indentation.
         stripped = text.lstrip(" \t")
-        if stripped[:1] in ("[", "(") and not stripped[1:2].isdigit():
+        if stripped[:1] in ("[", "(") and (not stripped[1:2].isdigit() or _MPI_TAG.match(stripped)):
             text = stripped
     line = Line(text=text)
     prefixes: list[str] = []
@@ -129,6 +138,7 @@ def normalise(raw: str) -> Line:
                 or (m := _PY_HYDRA.match(text)) is not None
                 or (m := _PY_19.match(text)) is not None
                 or (m := _PY_DEEPSPEED.match(text)) is not None
+                or (m := _PY_HF.match(text)) is not None
             ):
                 line.level = _LEVEL_WORD.get(m["lvl"], line.level)
                 line.ts_text, line.ts = f"{m['date']} {m['hms']}", _epoch(m["date"], m["hms"])
@@ -162,6 +172,12 @@ def normalise(raw: str) -> Line:
             line.level = _SEVERITY[m["sev"]]
             line.ts_text = f"{m['mmdd']} {m['hms']}"
             prefixes.append("glog")
+        elif text.startswith((" DEBUG", " INFO", " WARNING", " ERROR", " CRITICAL")) or (
+            text.startswith(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")) and _RICH_LEVEL.match(text)
+        ):
+            if (m := _RICH_LEVEL.match(text)) is not None:
+                line.level = _LEVEL_WORD[m["lvl"]]
+                prefixes.append("logging")
         elif text.startswith(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")):
             if (m := _PY_BASIC.match(text)) is not None:
                 line.level = _LEVEL_WORD[m["lvl"]]
@@ -174,6 +190,8 @@ def normalise(raw: str) -> Line:
             prefixes.append("quote")
         elif text[:1] == " " and (m := _VIEWER_NO.match(text)) is not None and not prefixes:
             prefixes.append("viewer_line_number")
+        elif text[:1].islower() and not prefixes and (m := _HOST_LABEL.match(text)) is not None:
+            prefixes.append("host_label")
         elif text[:1].isalpha() and "/" in text[:40] and (m := _TORCHX.match(text)) is not None:
             if line.tee_local_rank is None:
                 line.tee_role, line.tee_local_rank = m["role"], int(m["lrank"])
@@ -194,3 +212,21 @@ def normalise(raw: str) -> Line:
     line.text = text
     line.prefixes = tuple(prefixes)
     return line
+
+
+# Prefixes that only a logging program writes (a timestamp, a level, a rank, a launcher's tag): a line with one is a
+# log record. A Markdown quote, a viewer's line number or a bare "N: " label could start any text.
+_RECORD_PREFIXES = frozenset(
+    {"c10", "ci_timestamp", "glog", "kit", "kit_uptime", "logging", "mpi_tag", "rank", "ray", "tee", "torchx"}
+)
+_FRAME = re.compile(r'^\s*File "[^"]+", line \d+')
+
+
+def log_records(lines: Iterable[str]) -> int:
+    """How many of `lines` are shaped like a log record (a logger's or launcher's prefix, a traceback frame)."""
+    count = 0
+    for raw in lines:
+        line = normalise(raw)
+        if _RECORD_PREFIXES.intersection(line.prefixes) or _FRAME.match(line.text):
+            count += 1
+    return count

@@ -59,6 +59,13 @@ def order_key(e: dict[str, Any]) -> tuple[float, int, int]:
     return (when if when is not None else float("inf"), e["sid"], e["line"])
 
 
+def _by_file(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    files: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in sorted(rows, key=lambda r: (r["sid"], r["line"])):
+        files[r["sid"]].append(r)
+    return files
+
+
 class Context:
     """The aligned run, indexed for the conditions."""
 
@@ -83,6 +90,22 @@ class Context:
         self.findings: list[dict[str, Any]] = []
         self.claimed: set[tuple[int, int]] = set()
         self.steps: dict[str, dict[str, Any]] = {}  # category -> the next step its main rules give
+        self._when: dict[tuple[int, int], float] | None = None
+
+    def order(self, e: dict[str, Any]) -> tuple[float, int, int]:
+        """Like `order_key`, but a line without a clock takes the clock of the line before it in its file (printed
+        no earlier), or of the first one after it: in one file the order of lines is the order of printing."""
+        if self._when is None:
+            self._when = {}
+            for sid_rows in _by_file(self.rows).values():
+                known = [clock(r) for r in sid_rows]
+                fill = next((c for c in known if c is not None), None)
+                for r, c in zip(sid_rows, known, strict=True):
+                    fill = c if c is not None else fill
+                    if fill is not None:
+                        self._when[(r["sid"], r["line"])] = fill
+        when = self._when.get((e["sid"], e["line"]))
+        return (when if when is not None else float("inf"), e["sid"], e["line"])
 
     def field(self, row: dict[str, Any], name: str) -> Any:
         if name in row and name not in ("fields", "_f") and row[name] is not None:

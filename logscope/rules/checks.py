@@ -14,7 +14,6 @@ from logscope.rules.api import (
     breaks_own_pattern,
     check,
     family_category,
-    order_key,
 )
 from logscope.vocab import PHASE_ORDER, Severity, at_least
 
@@ -119,6 +118,10 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
             if code is None or code == 0 or code == -15:
                 continue
             if rank in comm or (code == -6 and rank in comm):
+                continue
+            if code > 0 and rank is None and comm:
+                # A plain exit status (an uncaught exception's 1) of a worker the line does not place, beside
+                # communication errors: the echo of one of those, not a crash of its own.
                 continue
             if any(
                 x["kind"] in ("python_exception", "error_file", "segfault", "fatal_python_error") and x["rank"] == rank
@@ -272,10 +275,16 @@ def single_rank(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: 
             culprits=[],
             values={"why_one": f"torchrun was asked for {requested} processes but the job saw world_size=1"},
         )
-    distributed = any(
-        ctx.by_kind.get(k)
-        for k in DISTRIBUTED_KINDS
-    )
+    seen = [int(e["_f"]["devices"]) for e in ctx.by_kind.get("device_count", []) if e["_f"].get("devices")]
+    if seen and max(seen) > 1:
+        devices = max(seen)
+        return Hit(
+            evidence + ctx.by_kind["device_count"][:2],
+            {0},
+            culprits=[],
+            values={"why_one": f"the job sees {devices} GPUs but ran with world_size=1"},
+        )
+    distributed = any(ctx.by_kind.get(k) for k in DISTRIBUTED_KINDS)
     if not distributed:
         return None
     hit = Hit(
@@ -333,25 +342,28 @@ def generic_failure(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
             if e["level"] == "warning" and e["kind"] in LEAD_FAMILY and own(e) and _near_the_end(ctx, e)
         ]
         factor = 0.7
+    if not candidates and not others:
+        # A log that stops inside a traceback whose exception line is not in it (a paste cut short).
+        candidates, factor = _cut_tracebacks(ctx), 0.6
     if not candidates:
         return None
     first: dict[Any, dict[str, Any]] = {}
-    for e in sorted(candidates, key=order_key):
+    for e in sorted(candidates, key=ctx.order):
         for rank in _ranks_of(e):
             first.setdefault(rank, e)
     ranked = {r: e for r, e in first.items() if r is not None}
     if ranked:
         # Consequences of a peer's failure (remote errors, teardown) do not make a rank a culprit.
         own_fault = {r: e for r, e in ranked.items() if e["kind"] not in REMOTE_KINDS} or ranked
-        earliest = min(order_key(e) for e in own_fault.values())
+        earliest = min(ctx.order(e) for e in own_fault.values())
         timed = earliest[0] != float("inf")
-        culprits = sorted(r for r, e in own_fault.items() if timed and order_key(e)[0] == earliest[0])
+        culprits = sorted(r for r, e in own_fault.items() if timed and ctx.order(e)[0] == earliest[0])
         if not culprits:
             culprits = _first_in_file(own_fault)
     else:
         culprits, factor = [], factor * 0.85
-    cause = min((first[r] for r in culprits), key=order_key) if culprits else min(first.values(), key=order_key)
-    evidence = [cause] + [e for e in sorted(candidates, key=order_key) if e is not cause]
+    cause = min((first[r] for r in culprits), key=ctx.order) if culprits else min(first.values(), key=ctx.order)
+    evidence = [cause] + [e for e in sorted(candidates, key=ctx.order) if e is not cause]
     hit = Hit(
         evidence[:12],
         set(ranked),
@@ -367,7 +379,7 @@ def generic_failure(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
         # Every rank failed to reach the store or its peers: the fault is the endpoint, not one rank.
         hit.culprits = []
     warned = _warned_before(ctx, cause)
-    if hit.category == "crash" and warned is not None:
+    if hit.category in ("crash", "comm_error") and warned is not None:
         # NCCL warned about its transport just before this process failed: the warning is the first cause.
         hit.category = "comm_error"
         hit.events.insert(0, warned)
@@ -418,6 +430,18 @@ def _explained(ctx: Context, exception: dict[str, Any] | None) -> bool:
     )
 
 
+def _cut_tracebacks(ctx: Context) -> list[dict[str, Any]]:
+    """The last frame of each file whose recognised lines end in traceback frames: the process was failing when the
+    log was cut, before its exception line."""
+    last: dict[int, dict[str, Any]] = {}
+    for e in ctx.rows:
+        if e["level"] != "benign" and (e["sid"] not in last or e["line"] > last[e["sid"]]["line"]):
+            last[e["sid"]] = e
+    # Where the header is in the file, the header stands for its traceback (and may say it was stopped by ^C).
+    headed = {e["sid"] for e in ctx.by_kind.get("traceback_start", [])}
+    return [e for e in last.values() if e["kind"] == "traceback_frame" and e["sid"] not in headed]
+
+
 def _traceback_exceptions(ctx: Context) -> dict[tuple[int, int], dict[str, Any]]:
     """Each traceback header -> the line that ends it: the next error line in its file, for its rank (the exception,
     whatever signature read it)."""
@@ -427,9 +451,13 @@ def _traceback_exceptions(ctx: Context) -> dict[tuple[int, int], dict[str, Any]]
         key = (e["sid"], e["rank"])
         if e["kind"] == "traceback_start":
             open_headers.setdefault(key, []).append(e)
-        elif e["level"] == "error" and open_headers.get(key):
-            for header in open_headers.pop(key):
-                out[(header["sid"], header["line"])] = e
+        elif e["level"] == "error":
+            # A header glued onto a worker's unfinished line (a progress bar) takes that worker's prefix, while
+            # the rest of the traceback, the launcher's own, has none: an unranked end closes it too.
+            keys = [key] if e["rank"] is not None else [k for k in open_headers if k[0] == e["sid"]]
+            for k in keys:
+                for header in open_headers.pop(k, []):
+                    out[(header["sid"], header["line"])] = e
     return out
 
 
@@ -475,13 +503,20 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
     if proof is None or proof.proven or any(at_least(f["severity"], Severity.ERROR) for f in ctx.findings):
         return None
     stopped = dict(proof.stopped)
+    evidence: list[dict[str, Any]] = []
     if not stopped:
-        unranked = [e for e in ctx.rows if e["rank"] is None and e["level"] != "benign"]
-        if not unranked:
+        unranked = [
+            e for e in ctx.rows if e["rank"] is None and e["level"] != "benign" and e["kind"] != "traceback_frame"
+        ]
+        if unranked:
+            last = max(unranked, key=lambda e: (PHASE_ORDER.get(e["phase"], -1), e["sid"], e["line"]))
+            where = f'"{_short(last["text"])}"'
+            evidence = [last]
+        elif not ctx.rows:
+            # A log in a format logscope does not know: nothing in it failed that logscope can tell, nor finished.
+            where = "the end of a log none of whose lines logscope recognises"
+        else:
             return None
-        last = max(unranked, key=lambda e: (PHASE_ORDER.get(e["phase"], -1), e["sid"], e["line"]))
-        where = f'"{_short(last["text"])}"'
-        evidence = [last]
     else:
         where = "; ".join(f'rank {r} at "{_short(e["text"])}"' for r, e in sorted(stopped.items())[:8])
         evidence = [stopped[r] for r in sorted(stopped)]
@@ -493,6 +528,8 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
     whole = bool(stopped) and all(ctx.states[r].complete for r in stopped)
     progressed = any(s.progress_count for s in ctx.states.values()) or ctx.by_kind.get("iteration")
     factor = (1.0 if whole else 0.65) * (1.0 if progressed else 0.85) * (0.8 if ctx.hidden else 1.0)
+    if not ctx.rows:
+        factor *= 0.7
     last_it = {r: s.last_iteration for r, s in ctx.states.items() if s.last_iteration is not None}
     return Hit(
         evidence[:8],
@@ -606,7 +643,7 @@ def detail_mismatch(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
     if len(sigs) >= 3:
         common = max(set(sigs.values()), key=list(sigs.values()).count)
         culprits = sorted(r for r, s in sigs.items() if s != common)
-    else:
+    elif f.get("seq") is not None:  # torch 1.x fingerprints carry no SequenceNumber
         seq = int(f["seq"])
         culprits = [r for r, (op, shape) in sigs.items() if breaks_own_pattern(ctx, r, seq, op, shape)]
     factor = 1.0
@@ -621,7 +658,7 @@ def detail_mismatch(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
         set(sigs),
         culprits=sorted(culprits),
         confidence_factor=factor,
-        values={"seq": f.get("seq"), "per_rank": per_rank},
+        values={"seq": f.get("seq") or "?", "per_rank": per_rank},
     )
 
 
@@ -719,10 +756,20 @@ def past_the_sync(rule: Rule, ctx: Context, events: list[dict[str, Any]], params
 def left_early(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
     """A rank finished cleanly while its peers were still in a collective (they time out, or lose the connection
     to it): it ran fewer collectives than they did. Its clean exit is the evidence; it needs no error line."""
+    # torchrun's failure summary lists every worker still running at teardown (failed or SIGTERMed): a visible
+    # rank missing from it, with no error of its own, had already exited, with status 0.
+    summarised = {e["rank"] for e in ctx.by_kind.get("child_failure", []) if (e["attempt"] or 0) >= ctx.final_attempt}
+    unlisted = {
+        r
+        for r, s in ctx.states.items()
+        if summarised and r not in summarised and s.status == "visible" and s.exit_code is None
+    }
+    if len(unlisted) >= len(summarised):  # a summary that lists only a few of the ranks says nothing of the rest
+        unlisted = set()
     leavers = sorted(
         r
         for r, s in ctx.states.items()
-        if s.status == "visible" and s.ended and s.first_error is None and s.exit_code in (None, 0)
+        if s.status == "visible" and s.first_error is None and s.exit_code in (None, 0) and (s.ended or r in unlisted)
     )
     waiting = sorted(
         r

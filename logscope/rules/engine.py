@@ -112,7 +112,12 @@ def cond_last_event(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> H
         if rank in joined:
             continue
         live = [r for r in rows if r["level"] != "benign" and r["kind"] not in ("worker_sigterm_sent",)]
-        if live and live[-1]["kind"] in kinds and _where_ok(rule, ctx, live[-1]):
+        if not live or live[-1]["kind"] not in kinds or not _where_ok(rule, ctx, live[-1]):
+            continue
+        # Rows come file by file: a rank whose other file shows a later phase (its progress bar on stdout after
+        # the sync line on stderr) did not stop at this line.
+        at = PHASE_ORDER.get(live[-1]["phase"], -1)
+        if not any(PHASE_ORDER.get(r["phase"], -1) > at for r in live if r["phase"] != "fail"):
             stuck.append(live[-1])
     unranked = [r for r in ctx.rows if r["rank"] is None and r["level"] != "benign"]
     if not ctx.by_rank and unranked and unranked[-1]["kind"] in kinds:
@@ -397,7 +402,9 @@ def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
     complete = {
         r for r, rows in ctx.by_rank.items() if any(e["tee_lrank"] is not None or e["node"] is not None for e in rows)
     }
-    peers = sorted(r for r in (ctx.visible & complete) - reporters)
+    # A peer with an error of its own ("Connection closed by peer") is not silent: it failed after the waiters.
+    erred = {r for r, st in ctx.states.items() if st.first_error is not None}
+    peers = sorted(r for r in (ctx.visible & complete) - reporters - erred)
     # The culprit is the minority that is somewhere else; when most ranks are silent, silence says nothing.
     if peers and len(peers) <= len(reporters):
         return peers
@@ -654,8 +661,14 @@ def evaluate(rules: list[Rule], aligned: Aligned, input_path: str = "") -> list[
         for rule in rules:
             if rule.stage != stage:
                 continue
-            hit = CONDITIONS[rule.condition["type"]](rule, ctx, matched(rule, ctx))
-            if hit is not None:
-                findings.append(finding(rule, ctx, hit, input_path))
-                ctx.claimed.update((e["sid"], e["line"]) for e in hit.events)
+            try:
+                hit = CONDITIONS[rule.condition["type"]](rule, ctx, matched(rule, ctx))
+                if hit is not None:
+                    findings.append(finding(rule, ctx, hit, input_path))
+                    ctx.claimed.update((e["sid"], e["line"]) for e in hit.events)
+            except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+                # Log text is untrusted and endlessly varied: a line a rule did not foresee costs that rule's
+                # finding, said in a note, never the analysis.
+                why = f"{type(exc).__name__}: {exc}"
+                aligned.notes.append(f"rule {rule.id} could not be evaluated on this input ({why})")
     return list(findings)

@@ -69,6 +69,9 @@ def assign_roles(findings: list[dict[str, Any]], rows: list[dict[str, Any]]) -> 
         for f in findings
     }
     failures = [f for f in findings if failing(f)]
+    # Once ranks trained, the world had formed: a rendezvous error then (an agent that lost the store when its
+    # peer's agent exited) is a symptom of whatever ended the run, not a world that never formed.
+    formed = any(r["rank"] is not None and r["phase"] in ("sync", "train") and r["level"] != "error" for r in rows)
     for f in findings:
         f["role"] = (
             Role.CAUSE if failing(f) or (f["severity"] == Severity.WARNING and not f.get("survived")) else Role.CONTEXT
@@ -76,7 +79,7 @@ def assign_roles(findings: list[dict[str, Any]], rows: list[dict[str, Any]]) -> 
         f["caused_by"] = None
         f["onset"] = starts[id(f)]
     for f in failures:
-        explainer = _explainer(f, failures, starts, remote_only)
+        explainer = _explainer(f, failures, starts, remote_only, formed)
         if explainer is not None:
             f["role"] = Role.CONSEQUENCE
             f["caused_by"] = explainer["rule"]
@@ -87,12 +90,16 @@ def _explainer(
     failures: list[dict[str, Any]],
     starts: dict[int, float | None],
     remote_only: dict[int, bool],
+    formed: bool,
 ) -> dict[str, Any] | None:
     best: dict[str, Any] | None = None
     for g in failures:
         if g is f or remote_only[id(g)]:
             continue
-        if remote_only[id(f)] and (g["culprit_ranks"] or g["ranks"]):
+        # A remote-only finding is explained by any failure that names ranks; a rendezvous error after the world
+        # formed by any other failure.
+        late_rendezvous = f["category"] == "rendezvous_failure" and formed and g["category"] != "rendezvous_failure"
+        if (remote_only[id(f)] and (g["culprit_ranks"] or g["ranks"])) or late_rendezvous:
             explains = True
         elif f["category"] in SYMPTOMS and g["specificity"] > f["specificity"]:
             # A more specific finding explains this one when it names who the others waited for, or this one

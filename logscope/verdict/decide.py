@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.align.model import Aligned
-from logscope.verdict.causes import assign_roles, first_cause, rank_key
 from logscope.verdict.calibration import calibration_for
+from logscope.verdict.causes import assign_roles, first_cause, rank_key
 from logscope.verdict.workflow import CHECKLIST, DEFAULT_COMMANDS, STEPS
 from logscope.vocab import GUESS_BELOW, SEVERITY_ORDER
 
