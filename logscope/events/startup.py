@@ -68,9 +68,10 @@ def startup_differences(
     deviants = []
     for sid, own in sets.items():
         others = [s for o, s in sets.items() if o != sid]
-        shared = set.intersection(*others)
+        shared: set[str] = set.intersection(*others)
+        anywhere: set[str] = set().union(*others)
         missing = shared - own
-        extra = own - set.union(*others)
+        extra = own - anywhere
         # The same setting with another value: a line of its own and a line of all its peers under one name.
         keys = {_key(t) for t in missing} - {None}
         extra = {t for t in extra if _key(t) in keys}
