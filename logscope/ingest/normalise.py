@@ -55,6 +55,8 @@ _KIT = re.compile(
     r"\[[^\]]+\] "
 )
 _KIT_UPTIME = re.compile(r"\[\d+\.\d+s\] ")
+# A bare bracketed stamp: "[2020-03-03 03:46:35] this rank = 0", "[2025-06-03 16:12:09] host:pid:tid [0] NCCL WARN".
+_BRACKET_TS = re.compile(r"\[(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[,.]\d+)?\] ")
 # HF transformers' logger: "[INFO|trainer.py:1516] 2023-02-09 22:55:56,474 >> ***** Running training *****".
 _PY_HF = re.compile(r"\[(?P<lvl>[A-Z]+)\|[\w.-]+:\d+\] (?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3} >> ")
 # rich's logging handler: a level column, then the message (" WARNING  Sending process 14 closing signal SIGTERM
@@ -147,6 +149,9 @@ def normalise(raw: str) -> Line:
                 line.ts_text = m["ts"]
                 line.ts = _epoch(m["ts"][:10], m["ts"][11:19])
                 prefixes.append("ci_timestamp")
+            elif (m := _BRACKET_TS.match(text)) is not None:
+                line.ts_text, line.ts = f"{m['date']} {m['hms']}", _epoch(m["date"], m["hms"])
+                prefixes.append("logging")
             elif (m := _KIT_UPTIME.match(text)) is not None:
                 prefixes.append("kit_uptime")
             elif (m := _MPI_TAG.match(text)) is not None:

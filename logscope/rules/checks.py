@@ -9,6 +9,7 @@ from logscope.rules.api import (
     COMM_FAMILY,
     LEAD_FAMILY,
     REMOTE_KINDS,
+    TAGGED,
     Context,
     Hit,
     breaks_own_pattern,
@@ -119,9 +120,10 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
                 continue
             if rank in comm or (code == -6 and rank in comm):
                 continue
-            if code > 0 and rank is None and comm:
-                # A plain exit status (an uncaught exception's 1) of a worker the line does not place, beside
-                # communication errors: the echo of one of those, not a crash of its own.
+            if code > 0 and _echoes_unranked_failure(ctx, rank, comm):
+                # A plain exit status (an uncaught exception's 1) of a worker with no exception of its own, beside
+                # communication or rendezvous errors that name no rank (an unprefixed paste: most likely that
+                # worker's own lines): the echo of those, not a crash of its own.
                 continue
             if any(
                 x["kind"] in ("python_exception", "error_file", "segfault", "fatal_python_error") and x["rank"] == rank
@@ -142,6 +144,8 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
             continue
         elif kind == "hydra_job_error" and (comm or any(c["kind"] != "hydra_job_error" for c in causes)):
             continue  # Hydra's wrapper line says an exception escaped; the exception itself is the evidence
+        elif kind == "hydra_job_error" and _warned_before(ctx, e, RENDEZVOUS_WARNINGS) is not None:
+            continue  # ... out of a rendezvous that was waiting for its peers: the fallback reads it as such
         causes.append(e)
     if not causes:
         return None
@@ -182,6 +186,17 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
     if recovered:
         hit.severity = "warning"
     return hit
+
+
+RENDEZVOUS_WARNINGS = TAGGED("rendezvous")
+
+
+def _echoes_unranked_failure(ctx: Context, rank: int | None, comm: set[Any]) -> bool:
+    if rank is not None and any(e["kind"] in ("python_exception", "error_file") for e in ctx.by_rank.get(rank, [])):
+        return False
+    families = COMM_FAMILY | RENDEZVOUS_WARNINGS
+    unranked = any(e["rank"] is None and e["level"] == "error" and e["kind"] in families for e in ctx.rows)
+    return unranked or (rank is None and bool(comm))
 
 
 def _describe(e: dict[str, Any]) -> str:
@@ -378,10 +393,11 @@ def generic_failure(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
     if hit.category == "rendezvous_failure" and ctx.visible and ctx.visible <= failing_alike:
         # Every rank failed to reach the store or its peers: the fault is the endpoint, not one rank.
         hit.culprits = []
-    warned = _warned_before(ctx, cause)
+    warned = _warned_before(ctx, cause, LEAD_FAMILY)
     if hit.category in ("crash", "comm_error") and warned is not None:
-        # NCCL warned about its transport just before this process failed: the warning is the first cause.
-        hit.category = "comm_error"
+        # NCCL warned about its transport, or init_process_group was still waiting for its peers, just before this
+        # process failed: the warning is the first cause.
+        hit.category = family_category(warned["kind"], "comm_error")
         hit.events.insert(0, warned)
         hit.values["what"] = f"{_describe(warned)}, then {hit.values['what']}"
     return hit
@@ -391,14 +407,17 @@ def generic_failure(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
 WARNED_WITHIN = 20
 
 
-def _warned_before(ctx: Context, cause: dict[str, Any]) -> dict[str, Any] | None:
+def _warned_before(
+    ctx: Context, cause: dict[str, Any], family: frozenset[str] = COMM_FAMILY
+) -> dict[str, Any] | None:
+    """The warning of `family` just before `cause`, in its file, for its rank (an unranked warning counts too)."""
     warnings = [
         e
         for e in ctx.rows
         if e["level"] == "warning"
-        and e["kind"] in COMM_FAMILY
+        and e["kind"] in family
         and e["sid"] == cause["sid"]
-        and e["rank"] == cause["rank"]
+        and e["rank"] in (cause["rank"], None)
         and 0 < cause["line"] - e["line"] <= WARNED_WITHIN
     ]
     return max(warnings, key=lambda e: e["line"]) if warnings else None
