@@ -13,6 +13,7 @@ from tests.conftest import REPO
 
 FAILING = "fixtures/real/runs/03_skip_allreduce_rank1_stall_gloo_timeout"
 HEALTHY = "fixtures/real/runs/01_healthy_ws2"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -54,6 +55,20 @@ def test_empty_folder_and_folder_without_logs(tmp_path: Path) -> None:
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text("print('hi')\n")
     assert run("analyze", str(tmp_path / "code")).returncode == 2
+
+
+def test_text_that_is_not_a_log_is_refused_and_an_unknown_log_format_is_not(tmp_path: Path) -> None:
+    # Not logs: a shopping list, this project's own README and pyproject as text files.
+    (tmp_path / "shopping.txt").write_text("milk\neggs, a dozen\nbread\n2 apples\ncoffee beans\n")
+    (tmp_path / "readme.txt").write_text((ROOT / "README.md").read_text())
+    (tmp_path / "pyproject.txt").write_text((ROOT / "pyproject.toml").read_text())
+    for name in ("shopping.txt", "readme.txt", "pyproject.txt"):
+        r = run("analyze", str(tmp_path / name))
+        assert r.returncode == 2 and "nothing that looks like a training or launcher log" in r.stderr, name
+        assert "Traceback" not in r.stderr
+    # A real log in a format no signature names (HF Trainer's metric dicts, deepspeedai/DeepSpeed#4781) is read.
+    r = run("analyze", "fixtures/cases/r7_deepspeed_hf_trainer_loss_progress_4781", "--format", "json")
+    assert r.returncode in (0, 1) and json.loads(r.stdout)["verdict"]["category"]
 
 
 @pytest.mark.parametrize("args", [["rules", "list"], ["rules", "show", "LS101"], ["rules", "lint"]])

@@ -20,7 +20,9 @@ from logscope.events.catalogue import catalogue
 from logscope.vocab import PHASE_ORDER, Phase
 
 # Lines that say a rank moved forward in training (rank 0 prints most of them in RL libraries).
-PROGRESS_KINDS = frozenset({"iteration", "progress", "progress_bar", "throughput", "train_start", "benchmark_row"})
+PROGRESS_KINDS = frozenset(
+    {"iteration", "progress", "progress_bar", "throughput", "train_start", "benchmark_row", "training_metrics"}
+)
 # Lines that say a rank's training loop finished.
 END_KINDS = frozenset({"training_time", "train_final", "final_checksum", "run_completed", "env_closed"})
 # Lines a launcher prints about a worker (torchrun's agent, srun, DeepSpeed's launcher, mp.spawn's parent): not
@@ -42,9 +44,13 @@ COLLECTIVE_KINDS = frozenset(
 )
 _DAY = 86400.0
 # Kinds that prose, READMEs and config files can produce too ("Step 1: install", "5 parameters", "torch==2.13").
-WEAK_KINDS = frozenset({"progress", "benchmark_row", "traceback_frame", "model_params", "torch_version"})
+WEAK_KINDS = frozenset(
+    {"progress", "benchmark_row", "training_metrics", "traceback_frame", "model_params", "torch_version"}
+)
 # A training loop's own progress lines, when nothing else is recognised, make a log from this many on.
 MIN_PROGRESS_LINES = 3
+# A training loop's own counters or metrics, when nothing else is recognised, make a log from this many lines on.
+MIN_LOG_LINES = 2
 
 
 def clock(row: dict[str, Any]) -> float | None:
@@ -347,5 +353,5 @@ def looks_like_a_log(rows: list[dict[str, Any]]) -> bool:
     for row in rows:
         if row["kind"] not in WEAK_KINDS:
             return True
-        weak += row["kind"] in ("progress", "benchmark_row")
-    return weak >= MIN_PROGRESS_LINES
+        weak += row["kind"] in ("progress", "benchmark_row", "training_metrics")
+    return weak >= MIN_LOG_LINES

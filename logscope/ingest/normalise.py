@@ -57,6 +57,8 @@ _KIT = re.compile(
 _KIT_UPTIME = re.compile(r"\[\d+\.\d+s\] ")
 # A bare bracketed stamp: "[2020-03-03 03:46:35] this rank = 0", "[2025-06-03 16:12:09] host:pid:tid [0] NCCL WARN".
 _BRACKET_TS = re.compile(r"\[(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[,.]\d+)?\] ")
+# AWS CloudWatch's console, copied: "  | 2024-08-23T22:22:51.873Z | message" (Lightning-AI/litData#340).
+_CLOUDWATCH = re.compile(r" *\| (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) \| ")
 # HF transformers' logger: "[INFO|trainer.py:1516] 2023-02-09 22:55:56,474 >> ***** Running training *****".
 _PY_HF = re.compile(r"\[(?P<lvl>[A-Z]+)\|[\w.-]+:\d+\] (?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3} >> ")
 # rich's logging handler: a level column, then the message (" WARNING  Sending process 14 closing signal SIGTERM
@@ -191,6 +193,10 @@ def normalise(raw: str) -> Line:
                 line.level = _LEVEL_WORD[m["lvl"]]
                 line.ts_text = f"{m['mm']}{m['dd']} {m['hms']}"
                 prefixes.append("logging")
+        elif not prefixes and text.lstrip(" ")[:2] == "| " and (m := _CLOUDWATCH.match(text)) is not None:
+            line.ts_text = m["ts"]
+            line.ts = _epoch(m["ts"][:10], m["ts"][11:19])
+            prefixes.append("ci_timestamp")
         elif text.startswith(">") and not prefixes and (m := _QUOTE.match(text)) is not None:
             prefixes.append("quote")
         elif text[:1] == " " and (m := _VIEWER_NO.match(text)) is not None and not prefixes:
