@@ -76,7 +76,7 @@ def analyze(
             from logscope.replay.command import load_replay
 
             analysis.diagnosis["replay"] = load_replay(with_replay)
-        write_outputs(plan, analysis, renderer)
+        write_outputs(plan, analysis, renderer, quiet)
     except LogscopeError as exc:
         raise _fail(str(exc)) from None
     except KeyboardInterrupt:

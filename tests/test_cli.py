@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,25 @@ def test_json_to_stdout_and_files(tmp_path: Path) -> None:
     assert run("analyze", FAILING, "-o", str(target)).returncode == 1
     assert json.loads(target.read_text())["verdict"]["category"] == "collective_timeout"
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_output_folder_is_created_each_file_is_named_and_readable_by_teammates(tmp_path: Path) -> None:
+    out = tmp_path / "reports" / "run-1"
+    r = run("analyze", FAILING, "--format", "json,html", "-o", f"{out}/")
+    assert r.returncode == 1
+    written = sorted(p.name for p in out.iterdir())
+    assert written == ["logscope.html", "logscope.json"]
+    for name in written:
+        assert f"logscope: wrote {name.split('.')[1]} to {out / name}" in r.stderr
+        assert (out / name).stat().st_mode & 0o777 == 0o666 & ~_umask()
+    quiet = run("analyze", FAILING, "-o", str(tmp_path / "new" / "d.json"), "-q")
+    assert quiet.returncode == 1 and quiet.stderr == "" and (tmp_path / "new" / "d.json").is_file()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def test_empty_folder_and_folder_without_logs(tmp_path: Path) -> None:

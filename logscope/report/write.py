@@ -45,8 +45,8 @@ def plan_outputs(
                 )
         plan.files.append((fmt, path))
     if folder is not None:
-        if not folder.is_dir():
-            raise OutputError(f"output folder {folder} does not exist")
+        if folder.exists() and not folder.is_dir():
+            raise OutputError(f"cannot write to {folder}: it is a file, not a folder")
         for fmt in formats or ["json", "html"]:
             plan.files.append((fmt, folder / f"logscope{FORMATS[fmt][1]}"))
         plan.stdout_format = None
@@ -67,8 +67,9 @@ def plan_outputs(
         if inside and input_path.is_dir() and not allow_inside_input:
             raise OutputError(f"refusing to write {path} inside the input tree (pass --allow-output-in-input)")
         parent = path.parent if str(path.parent) else Path(".")
-        if not parent.is_dir():
-            raise OutputError(f"cannot write {path}: folder {parent} does not exist")
+        blocking = next((p for p in (parent, *parent.parents) if p.exists()), None)
+        if blocking is not None and not blocking.is_dir():
+            raise OutputError(f"cannot write {path}: {blocking} is a file, not a folder")
     return plan
 
 
@@ -84,13 +85,24 @@ def _overwrites_input(path: Path, input_path: Path) -> bool:
     return classify(path.resolve().relative_to(input_path.resolve()).as_posix(), None) is not None
 
 
-def write_outputs(plan: Plan, analysis: Analysis, renderer: Callable[[str], Callable[[Analysis], str]]) -> None:
+def write_outputs(
+    plan: Plan, analysis: Analysis, renderer: Callable[[str], Callable[[Analysis], str]], quiet: bool = False
+) -> None:
+    """Render each format once and write it; a missing output folder is created (as pytest's --junitxml does), and
+    each file written is named on stderr unless quiet."""
     rendered = {
         fmt: renderer(fmt)(analysis)
         for fmt in {f for f, _ in plan.files} | ({plan.stdout_format} if plan.stdout_format else set())
     }
     for fmt, path in plan.files:
+        parent = path.parent if str(path.parent) else Path(".")
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot write {path}: cannot create folder {parent}: {exc.strerror or exc}") from None
         write_atomic(path, rendered[fmt])
+        if not quiet:
+            sys.stderr.write(f"logscope: wrote {fmt} to {path}\n")
     if plan.stdout_format:
         sys.stdout.write(rendered[plan.stdout_format])
         sys.stdout.flush()

@@ -481,7 +481,7 @@ def test_pathological_user_regex_finishes_fast(tmp_path: Path, run_copy: Copy) -
 def test_output_path_not_writable(tmp_path: Path) -> None:
     a_file = tmp_path / "report.json"
     a_file.write_text("{}")
-    refused(cli("analyze", RUN, "-o", a_file / "nested.json"), "does not exist")
+    refused(cli("analyze", RUN, "-o", a_file / "nested.json"), "is a file, not a folder")
     if Path("/proc/self").is_dir():
         proc_file = "/proc/logscope-report.json"
         refused(cli("analyze", RUN, "-o", proc_file), f"cannot write {proc_file}")
