@@ -130,16 +130,10 @@ def score(case: Path) -> Row:
 def summary(rows: list[Row]) -> dict[str, Any]:
     with_culprit = [r for r in rows if r.culprit_right is not None]
     failing = [r for r in rows if r.expected_category != "healthy"]
-    bands = []
-    for low, high in BANDS:
-        inside = [r for r in rows if low <= r.confidence < high and r.exit_code != 2]  # exit 2: no verdict
-        bands.append(
-            {
-                "band": f"{low:.2f}–{min(high, 1.0):.2f}",
-                "cases": len(inside),
-                "right": sum(r.category_right and r.culprit_right is not False for r in inside),
-            }
-        )
+    bands = [
+        {"band": f"{b['low']:.2f}–{min(b['high'], 1.0):.2f}", "cases": b["cases"], "right": b["right"]}
+        for b in calibration(rows, "")["bands"]
+    ]
     return {
         "cases": len(rows),
         "category_right": sum(r.category_right for r in rows),
@@ -201,7 +195,7 @@ def calibration(rows: list[Row], measured_on: str) -> dict[str, Any]:
     """The bands as logscope ships them: range, cases in it, how many of those were right (category and culprit)."""
     bands = []
     for low, high in BANDS:
-        inside = [r for r in rows if low <= r.confidence < high and r.exit_code != 2]
+        inside = [r for r in rows if low <= r.confidence < high and r.exit_code != 2]  # exit 2: no verdict
         right = sum(r.category_right and r.culprit_right is not False for r in inside)
         bands.append({"low": low, "high": high, "cases": len(inside), "right": right})
     return {"measured_on": measured_on, "bands": bands}

@@ -114,7 +114,10 @@ def _unwrap_fixed_width(frame: pl.DataFrame, blocks: list[int]) -> pl.DataFrame:
     # goes on while the absorbed line is full width too. Only rows that absorb their successor need Python.
     marked = (
         frame.join(width_of, on="b", how="left", maintain_order="left")
-        .with_columns((pl.col("t").str.len_chars() == pl.col("w")).fill_null(False).alias("full"))
+        .with_columns(
+            (pl.col("t").str.len_chars() == pl.col("w")).fill_null(False).alias("full"),
+            _shape(pl.col("t")).alias("shape"),
+        )
         .with_columns(
             (
                 pl.col("full")
@@ -122,8 +125,8 @@ def _unwrap_fixed_width(frame: pl.DataFrame, blocks: list[int]) -> pl.DataFrame:
                 & ~pl.col("t").shift(-1).str.contains(_LINE_START_RUST).fill_null(True)
                 # A line of the same template as the next or the previous one (fixed-width columns: Megatron's
                 # "iteration  2/ 250000 | ...", nccl-tests' result rows) is a record of a table, not a wrapped one.
-                & (_shape(pl.col("t").shift(-1)) != _shape(pl.col("t"))).fill_null(True)
-                & (_shape(pl.col("t").shift(1)) != _shape(pl.col("t"))).fill_null(True)
+                & (pl.col("shape").shift(-1) != pl.col("shape")).fill_null(True)
+                & (pl.col("shape").shift(1) != pl.col("shape")).fill_null(True)
             ).alias("absorbs")
         )
     )

@@ -10,6 +10,7 @@ with two there is no majority to say which one differs.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -65,13 +66,14 @@ def startup_differences(
     if len(heads) < MIN_RANKS:
         return []
     sets = {sid: {t for _, _, t in lines} for sid, (_, lines) in heads.items()}
+    # How many ranks print each template: one pass, so a 1024-rank tree costs no pairwise set work.
+    printed_by = Counter(t for own in sets.values() for t in own)
+    everyone_else = {t for t, n in printed_by.items() if n == len(sets) - 1}
+    only_one = {t for t, n in printed_by.items() if n == 1}
     deviants = []
     for sid, own in sets.items():
-        others = [s for o, s in sets.items() if o != sid]
-        shared: set[str] = set.intersection(*others)
-        anywhere: set[str] = set().union(*others)
-        missing = shared - own
-        extra = own - anywhere
+        missing = everyone_else - own  # printed by every other rank, not by this one
+        extra = own & only_one  # printed by this rank alone
         # The same setting with another value: a line of its own and a line of all its peers under one name.
         keys = {_key(t) for t in missing} - {None}
         extra = {t for t in extra if _key(t) in keys}

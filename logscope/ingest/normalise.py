@@ -64,6 +64,7 @@ _PY_HF = re.compile(r"\[(?P<lvl>[A-Z]+)\|[\w.-]+:\d+\] (?P<date>\d{4}-\d\d-\d\d)
 # rich's logging handler: a level column, then the message (" WARNING  Sending process 14 closing signal SIGTERM
 #         api.py:699"); the caller column on the right stays in the text (normalising only strips prefixes).
 _RICH_LEVEL = re.compile(r" ?(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?=\S)")
+_LEVEL_STARTS = tuple(p + w for p in ("", " ") for w in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 _PY_GENERIC = re.compile(
     r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[,.]\d+)? (?:\[(?P<lvl>[A-Z]+)\]|(?P<lvl2>[A-Z]{4,8})|"
     r"- [\w.]+ - (?P<lvl3>[A-Z]+) -) "
@@ -179,12 +180,9 @@ def normalise(raw: str) -> Line:
             line.level = _SEVERITY[m["sev"]]
             line.ts_text = f"{m['mmdd']} {m['hms']}"
             prefixes.append("glog")
-        elif text.startswith((" DEBUG", " INFO", " WARNING", " ERROR", " CRITICAL")) or (
-            text.startswith(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")) and _RICH_LEVEL.match(text)
-        ):
-            if (m := _RICH_LEVEL.match(text)) is not None:
-                line.level = _LEVEL_WORD[m["lvl"]]
-                prefixes.append("logging")
+        elif text.startswith(_LEVEL_STARTS) and (m := _RICH_LEVEL.match(text)) is not None:
+            line.level = _LEVEL_WORD[m["lvl"]]
+            prefixes.append("logging")
         elif text.startswith(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")):
             if (m := _PY_BASIC.match(text)) is not None:
                 line.level = _LEVEL_WORD[m["lvl"]]

@@ -37,6 +37,7 @@ TAGGED = catalogue().tagged
 COMM_FAMILY = TAGGED("comm", "timeout")
 # Warnings that, where a log stops at them, are the lead: the communication library, or the rendezvous/store.
 LEAD_FAMILY = TAGGED("comm", "timeout", "rendezvous")
+RENDEZVOUS_FAMILY = TAGGED("rendezvous")
 REMOTE_KINDS = TAGGED("remote", "teardown")
 CATEGORY_OF_TAG = (
     ("oom", "oom"),

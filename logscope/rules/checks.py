@@ -9,7 +9,7 @@ from logscope.rules.api import (
     COMM_FAMILY,
     LEAD_FAMILY,
     REMOTE_KINDS,
-    TAGGED,
+    RENDEZVOUS_FAMILY,
     Context,
     Hit,
     breaks_own_pattern,
@@ -144,7 +144,7 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
             continue
         elif kind == "hydra_job_error" and (comm or any(c["kind"] != "hydra_job_error" for c in causes)):
             continue  # Hydra's wrapper line says an exception escaped; the exception itself is the evidence
-        elif kind == "hydra_job_error" and _warned_before(ctx, e, RENDEZVOUS_WARNINGS) is not None:
+        elif kind == "hydra_job_error" and _warned_before(ctx, e, RENDEZVOUS_FAMILY) is not None:
             continue  # ... out of a rendezvous that was waiting for its peers: the fallback reads it as such
         causes.append(e)
     if not causes:
@@ -188,13 +188,10 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
     return hit
 
 
-RENDEZVOUS_WARNINGS = TAGGED("rendezvous")
-
-
 def _echoes_unranked_failure(ctx: Context, rank: int | None, comm: set[Any]) -> bool:
     if rank is not None and any(e["kind"] in ("python_exception", "error_file") for e in ctx.by_rank.get(rank, [])):
         return False
-    families = COMM_FAMILY | RENDEZVOUS_WARNINGS
+    families = COMM_FAMILY | RENDEZVOUS_FAMILY
     unranked = any(e["rank"] is None and e["level"] == "error" and e["kind"] in families for e in ctx.rows)
     return unranked or (rank is None and bool(comm))
 
