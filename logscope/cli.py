@@ -21,6 +21,24 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Post-mortem analysis of distributed training logs (torchrun, NCCL, gloo, Isaac Lab RL).",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print logscope's version and exit"),
+    ] = False,
+) -> None:
+    """Post-mortem analysis of distributed training logs (torchrun, NCCL, gloo, Isaac Lab RL)."""
+
+
 rules_app = typer.Typer(no_args_is_help=True, help="List, show, lint and test the rules.")
 app.add_typer(rules_app, name="rules")
 
@@ -38,14 +56,18 @@ def analyze(
         Path, typer.Argument(help="A torchrun --log_dir, a folder of node trees, a log file or an archive")
     ],
     fmt: Annotated[
-        str | None, typer.Option("--format", "-f", help="text,json,html,sarif,github,junit (comma list)")
+        str | None,
+        typer.Option("--format", "-f", help="Comma-separated, any of: text, json, html, sarif, github, junit"),
     ] = None,
     output: Annotated[
         list[str] | None, typer.Option("--output", "-o", help="Output file (format from extension) or folder")
     ] = None,
     rules: Annotated[list[Path] | None, typer.Option("--rules", help="Folder of extra rules (repeatable)")] = None,
     fail_on: Annotated[
-        str, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity")
+        str,
+        typer.Option(
+            "--fail-on", help="Exit 1 when a finding is at or above this severity: info, note, warning, error, critical"
+        ),
     ] = "error",
     with_replay: Annotated[Path | None, typer.Option("--with-replay", help="Replay result JSON to embed")] = None,
     follow_symlinks: Annotated[
@@ -144,7 +166,14 @@ def rules_show(rule_id: str, rules: Annotated[list[Path] | None, typer.Option("-
         raise _fail(str(exc)) from None
     if not found:
         raise _fail(f"no rule {rule_id} (see `logscope rules list`)")
-    typer.echo(rule_markdown(found[0]))
+    text = rule_markdown(found[0])
+    if sys.stdout.isatty():  # rendered on a terminal; raw Markdown when piped (into docs, a file, a pager)
+        from rich.console import Console
+        from rich.markdown import Markdown
+
+        Console().print(Markdown(text))
+    else:
+        typer.echo(text)
 
 
 @rules_app.command("lint")

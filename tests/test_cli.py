@@ -129,3 +129,40 @@ def test_docs_rules_md_is_generated_from_the_rules() -> None:
     assert (REPO / "docs" / "rules.md").read_text() == rules_markdown(), (
         "regenerate: python -m logscope.rules.docs > docs/rules.md"
     )
+
+
+def test_version_flag_and_help_list_every_choice() -> None:
+    from logscope import __version__
+
+    assert run("--version").stdout.strip() == __version__
+    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
+    helped = subprocess.run(
+        [sys.executable, "-m", "logscope", "analyze", "--help"], capture_output=True, text=True, env=env, timeout=60
+    )
+    words = " ".join(helped.stdout.replace("│", " ").split())
+    assert "text, json, html, sarif, github, junit" in words
+    assert "info, note, warning, error, critical" in words
+
+
+def test_rules_show_renders_on_a_terminal_and_is_markdown_when_piped() -> None:
+    import pty
+
+    piped = run("rules", "show", "LS101").stdout
+    assert piped.startswith("## LS101") and "**What it detects.**" in piped
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: logscope on a terminal
+        os.chdir(REPO)
+        os.execv(sys.executable, [sys.executable, "-m", "logscope", "rules", "show", "LS101"])
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # the terminal closed: the child is done
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.waitpid(pid, 0)
+    shown = b"".join(chunks).decode(errors="replace")
+    assert "What it detects." in shown
+    assert "**What it detects.**" not in shown and "## LS101" not in shown

@@ -84,6 +84,9 @@ class Helper:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=env,
+                # Its own session: a Ctrl-C at the terminal reaches only this process, which stops the helper,
+                # instead of interrupting the helper too and printing its KeyboardInterrupt traceback.
+                start_new_session=True,
             )
         except OSError:  # no interpreter to start: the input is read here alone
             return None

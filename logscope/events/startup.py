@@ -46,9 +46,7 @@ def _key(template: str) -> str | None:
     return m.group(1) if m else None
 
 
-def startup_differences(
-    sources: list[Source], openers: dict[str, Callable[[], IO[bytes]]]
-) -> list[dict[str, Any]]:
+def startup_differences(sources: list[Source], openers: dict[str, Callable[[], IO[bytes]]]) -> list[dict[str, Any]]:
     """Event rows (one per differing rank file) for the rank whose start-up lines differ from all its peers'."""
     final = max((s.attempt or 0 for s in sources if s.role == "stdout"), default=0)
     heads: dict[int, tuple[Source, list[tuple[int, str, str]]]] = {}

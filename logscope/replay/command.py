@@ -36,7 +36,7 @@ from logscope.replay.sweep import SWEEP_VARIABLES, parse_variables, recommendati
 
 __all__ = ["load_replay", "register", "replay"]  # load_replay: for `analyze --with-replay`
 
-TORCH_MISSING = "torch is not installed: pip install 'logscope[replay]'"
+TORCH_MISSING = "torch is not installed: pip install 'torch-logscope[replay]'"
 _PORT_ATTEMPTS = 3
 _SPLIT_OPS = ("reduce_scatter", "reduce_scatter_base", "all_to_all", "all_to_all_base")
 

@@ -19,6 +19,7 @@ from logscope.vocab import PHASE_ORDER
 if TYPE_CHECKING:
     from logscope.rules.loader import Rule
 
+
 @dataclass
 class Hit:
     """What a condition found: evidence events, the ranks involved, and values for the message."""

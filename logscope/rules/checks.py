@@ -404,9 +404,7 @@ def generic_failure(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
 WARNED_WITHIN = 20
 
 
-def _warned_before(
-    ctx: Context, cause: dict[str, Any], family: frozenset[str] = COMM_FAMILY
-) -> dict[str, Any] | None:
+def _warned_before(ctx: Context, cause: dict[str, Any], family: frozenset[str] = COMM_FAMILY) -> dict[str, Any] | None:
     """The warning of `family` just before `cause`, in its file, for its rank (an unranked warning counts too)."""
     warnings = [
         e
@@ -932,9 +930,7 @@ ONCE_PER_PROCESS = ("lightning_rank", "rank_identity")
 
 
 @check("duplicate_rank_claims")
-def duplicate_rank_claims(
-    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
-) -> Hit | None:
+def duplicate_rank_claims(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
     """Two processes announce the same global rank while other ranks of the world never appear: two launches
     were given the same node rank (or machine rank), so the world they should form never forms."""
     claims: dict[int, list[dict[str, Any]]] = {}

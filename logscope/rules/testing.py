@@ -7,9 +7,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from logscope.model import Analysis
-from logscope.rules.loader import Rule, load_rules
+from logscope.rules.loader import BUILTIN_RULES, Rule, load_rules
 
-REPO = Path(__file__).resolve().parents[2]  # rule cases name fixtures relative to the repository root
+# Built-in rules name their cases relative to the repository root; a wheel carries them under rulepack/cases/
+# (setup.py). Extra rules name theirs relative to their own file, or to the working folder.
+REPO = Path(__file__).resolve().parents[2]
+PACKAGED_CASES = BUILTIN_RULES / "cases"
 
 
 @dataclass
@@ -22,17 +25,25 @@ class CaseResult:
 
 
 @lru_cache(maxsize=256)
-def _analysis(path: str) -> Analysis:
+def _analysis(path: Path) -> Analysis:
     from logscope.analysis import analyze
 
-    return analyze(REPO / path)
+    return analyze(path)
+
+
+def case_location(rule: Rule, path: str) -> Path | None:
+    """Where a rule's case lies on this machine, or None."""
+    builtin = rule.path.parent == BUILTIN_RULES
+    places = [PACKAGED_CASES / path, REPO / path] if builtin else [rule.path.parent / path, Path.cwd() / path]
+    return next((p for p in places if p.exists()), None)
 
 
 def run_case(rule: Rule, kind: str, case: dict[str, object]) -> CaseResult:
     path = str(case["path"])
-    if not (REPO / path).exists():
+    where = case_location(rule, path)
+    if where is None:
         return CaseResult(rule.id, kind, path, False, "fixture missing")
-    findings = [f for f in _analysis(path).diagnosis["findings"] if f["rule"] == rule.id]
+    findings = [f for f in _analysis(where).diagnosis["findings"] if f["rule"] == rule.id]
     if kind == "negative":
         return CaseResult(rule.id, kind, path, not findings, "rule fired on a negative case" if findings else "")
     if not findings:

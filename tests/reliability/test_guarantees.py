@@ -4,6 +4,7 @@ text."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import signal
@@ -126,6 +127,44 @@ def test_ctrl_c_exits_130_and_leaves_no_report(run_copy: Copy, tmp_path: Path) -
     assert "Traceback" not in stderr
     assert stderr.strip() == "logscope: interrupted"
     assert list(out.iterdir()) == []  # neither the report nor a temp file
+
+
+def test_ctrl_c_at_the_terminal_prints_no_traceback_from_the_helper_process(run_copy: Copy) -> None:
+    """A terminal's Ctrl-C goes to the whole foreground process group: the second reader (events.helper),
+    started on inputs of 128 MB and more, must not print its own KeyboardInterrupt traceback."""
+    from logscope.events.helper import PARALLEL_MIN_BYTES, _cores
+
+    if _cores() < 2 or not Path("/proc/self/task").is_dir():
+        pytest.skip("the helper process starts only on two or more cores; needs /proc to find it")
+    run = run_copy()
+    for rank in (RANK0, RANK1):  # two sources of 65 MB: over the helper's threshold
+        log = run / rank / "stdout.log"
+        line = log.read_bytes()
+        log.write_bytes(line * (PARALLEL_MIN_BYTES // 2 // len(line) + 1))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "logscope", "analyze", str(run), "--format", "json", "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+        start_new_session=True,  # its own process group, as a shell gives a foreground job
+    )
+    deadline = time.monotonic() + 60
+    children = ""
+    while not children and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().strip()
+    assert children, "the helper process never started"
+    time.sleep(1.0)  # both processes are importing or reading now
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert stderr.strip() == "logscope: interrupted"
+    for pid in children.split():  # and the helper is gone
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
 
 
 # ---------------------------------------------------------------------------------------- the package itself

@@ -316,4 +316,6 @@ def test_without_torch_the_replay_refuses_in_one_line(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["logscope: torch is not installed: pip install 'logscope[replay]'"]
+    assert proc.stderr.strip().splitlines() == [
+        "logscope: torch is not installed: pip install 'torch-logscope[replay]'"
+    ]
