@@ -36,6 +36,15 @@ from logscope.replay.sweep import SWEEP_VARIABLES, parse_variables, recommendati
 
 __all__ = ["load_replay", "register", "replay"]  # load_replay: for `analyze --with-replay`
 
+# What a passing probe means, and the workflow's next step from there (W6, W7, W10).
+NOT_REPRODUCED = (
+    "The communication layer moves this op and size between these ranks on this machine, so the job's failure "
+    "came from what its ranks did around the collective (a rank that crashed, skipped or delayed it, or called "
+    "another one) or from its own machines. Next: replay each rank's own logged call with --as-logged; run the "
+    "probe on the job's machines at its world size (world size 2 without NVLink fails most often); across nodes, "
+    "with --nnodes and --node-rank on every node (W10); and read the culprit rank's log around its last collective "
+    "(W6)."
+)
 TORCH_MISSING = "torch is not installed: pip install 'torch-logscope[replay]'"
 _PORT_ATTEMPTS = 3
 _SPLIT_OPS = ("reduce_scatter", "reduce_scatter_base", "all_to_all", "all_to_all_base")
@@ -101,9 +110,12 @@ def _cuda_devices() -> int:
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
 
-def _resolve_backend(requested: Backend, job_backend: str | None, notes: list[str]) -> str:
+def _resolve_backend(requested: Backend, job_backend: str | None, notes: list[str], probe_cuda: bool = True) -> str:
     if requested is not Backend.auto:
         return requested.value
+    if not probe_cuda:  # a dry run without torch here: print the job's own backend for the machine that runs it
+        notes.append(f"torch is not installed here: the commands use the job's backend ({job_backend or 'gloo'})")
+        return job_backend or "gloo"
     cuda = _cuda_devices() > 0
     if job_backend == "nccl" and not cuda:
         notes.append("the job used nccl but this machine has no CUDA device: replaying with gloo")
@@ -230,6 +242,8 @@ class _Runner:
         s = self.settings
         nproc = world_size // s.rendezvous.nnodes
         rank_base = s.rendezvous.node_rank * nproc if s.rendezvous.is_static else None
+        # Probes take seconds to start (torchrun, then torch in every rank): say what is running, on stderr.
+        typer.echo(f"logscope replay: world size {world_size} [{label}]: starting {nproc} rank(s)…", err=True)
         for _ in range(_PORT_ATTEMPTS):
             cases, argv, plan_path, results, log_dir = self.prepare(world_size, label)
             results.mkdir(parents=True)
@@ -243,6 +257,8 @@ class _Runner:
             self.notes.append(f"{label}: the rendezvous port was taken meanwhile; retried on another")
         expected = list(range(rank_base, rank_base + nproc)) if rank_base is not None else []
         folded = fold_run(probe, cases, expected, wall_limit)
+        ended = f"{run_outcome(folded)} in {probe.wall_s:.1f} s"
+        typer.echo(f"logscope replay: world size {world_size} [{label}]: {ended}", err=True)
         self.records.extend(probe.records)
         if probe.killed_leftovers:
             self.notes.append(f"{label}: killed {len(probe.killed_leftovers)} leftover worker process group(s)")
@@ -264,16 +280,21 @@ class _Runner:
 
 
 def _dry_run(settings: Settings, sizes: list[int], sweep_vars: list[tuple[str, str]] | None, notes: list[str]) -> None:
-    runner = _Runner(settings, Path("REPLAY_DIR"), notes)
+    """Each probe's plan is written to a folder that is kept, so every printed command runs as it is."""
+    work = Path(tempfile.mkdtemp(prefix="logscope-replay-"))
+    runner = _Runner(settings, work, notes)
     extras: list[tuple[str, dict[str, str]]] = [("baseline", {})]
     if sweep_vars is not None:
         extras += [(f"{n}={v}", {n: v}) for n, v in sweep_vars]
+    typer.echo(f"# the probes' plans are in {work}; run each command from any folder")
     for size in sizes:
         for label, extra in extras:
-            cases, argv, _, _, _ = runner.prepare(size, label)
+            cases, argv, plan_path, results, _ = runner.prepare(size, label)
+            results.mkdir(parents=True)
+            plan_path.write_text(json.dumps(runner.plan(cases)), encoding="utf-8")
             env = {**settings.base_env, **extra}
             prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-            typer.echo(f"# world size {size}, {label}; plan: {json.dumps(runner.plan(cases))}")
+            typer.echo(f"# world size {size}, {label}; plan: {plan_path}")
             typer.echo(f"{prefix} {shlex.join(argv)}".strip())
     for note in dict.fromkeys(notes):
         typer.echo(f"# note: {note}")
@@ -300,14 +321,14 @@ def render_text(result: dict[str, Any]) -> str:
         lines.append(f"world size {run['world_size']} [{run['label']}]: {run['outcome']} in {run['wall_s']:.1f} s")
         lines.append(
             f"  {'op':<20} {'numel':>10} {'dtype':<9} {'outcome':<12} {'med us':>10} {'min us':>10} "
-            f"{'algbw':>8} {'busbw':>8}"
+            f"{'algbw GB/s':>10} {'busbw GB/s':>10}"
         )
         for case in run["cases"]:
             t = case["time_us"] or {}
             lines.append(
                 f"  {case['op']:<20} {case['numel']:>10} {case['dtype']:<9} {case['outcome']:<12} "
                 f"{_fmt(t.get('median'), 1):>10} {_fmt(t.get('min'), 1):>10} "
-                f"{_gbps(case['algbw_gbps']):>8} {_gbps(case['busbw_gbps']):>8}"
+                f"{_gbps(case['algbw_gbps']):>10} {_gbps(case['busbw_gbps']):>10}"
             )
             for rank in case["ranks"]:
                 call = f" ({rank['op']} × {rank['numel']})" if result["mode"] == "as_logged" else ""
@@ -337,7 +358,7 @@ def _summary(runs: list[dict[str, Any]], mode: str) -> str:
     failed = [run for run in runs if run["outcome"] in FAILED]
     if not failed:
         sizes = ", ".join(str(s) for s in dict.fromkeys(run["world_size"] for run in runs))
-        return f"all probes passed (world size {sizes}); the failure did not reproduce"
+        return f"all probes passed (world size {sizes}); the failure did not reproduce. {NOT_REPRODUCED}"
     run = failed[0]
     what = "reproduced the logged failure" if mode == "as_logged" else "reproduced a failure"
     return f"the probe {what} at world size {run['world_size']} [{run['label']}]: {failure_line(run['cases'])}"
@@ -404,7 +425,7 @@ def replay(
 
 def _replay(**opts: Any) -> int:
     o = opts  # the command's parameters, by name
-    if not _torch_available():
+    if not o["dry_run"] and not _torch_available():  # a dry run only prints commands: no torch needed here
         raise LogscopeError(TORCH_MISSING)
     notes: list[str] = []
     diagnosis = _load_diagnosis(o["path"])
@@ -435,7 +456,7 @@ def _replay(**opts: Any) -> int:
         if len(sizes) != 1:
             raise LogscopeError("--sweep-env runs at one world size; give one in --world-sizes")
         sweep_vars = parse_variables(o["sweep_vars"]) if o["sweep_vars"] else list(SWEEP_VARIABLES)
-    backend = _resolve_backend(o["backend"], spec.backend, notes)
+    backend = _resolve_backend(o["backend"], spec.backend, notes, probe_cuda=not o["dry_run"] or _torch_available())
     if backend == "nccl" and not o["dry_run"]:
         gpus = _cuda_devices()
         need = max(sizes) // o["nnodes"]

@@ -319,3 +319,25 @@ def test_without_torch_the_replay_refuses_in_one_line(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         "logscope: torch is not installed: pip install 'torch-logscope[replay]'"
     ]
+
+
+def test_a_dry_run_needs_no_torch(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "d.json", diagnosis(collective("ALLREDUCE", 8076)))
+    code = (
+        "import sys; sys.modules['torch'] = None; "
+        f"sys.path.insert(0, {str(TESTS)!r}); from replay_helpers import make_app; "
+        f"make_app()(['replay', {str(path)!r}, '--world-sizes', '2', '--dry-run'], prog_name='logscope')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    commands = [line for line in proc.stdout.splitlines() if "torch.distributed.run" in line]
+    assert len(commands) == 1 and "--nproc-per-node 2" in commands[0]
+    assert "torch is not installed here" in proc.stdout

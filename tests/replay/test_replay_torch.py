@@ -50,7 +50,7 @@ def wrong_collective(tmp_path: Path) -> Path:
 
 def test_every_op_passes_at_world_sizes_1_2_4(replay_app: typer.Typer, tmp_path: Path) -> None:
     out = tmp_path / "replay.json"
-    code, stdout, _ = invoke(
+    code, stdout, stderr = invoke(
         replay_app,
         [
             str(size_mismatch(tmp_path)),
@@ -94,6 +94,16 @@ def test_every_op_passes_at_world_sizes_1_2_4(replay_app: typer.Typer, tmp_path:
             expected_bytes = 96 * 4 * (n if case["op"] in ("all_gather", "all_gather_base") else 1)
             assert per_rank_bytes == expected_bytes
     assert "all probes passed" in stdout and "send_recv needs two ranks" in stdout
+    # what a non-reproduction means, and where the workflow goes from there
+    assert "did not reproduce" in result["summary"] and "--as-logged" in result["summary"]
+    assert "(W10)" in result["summary"] and "(W6)" in result["summary"]
+    assert "algbw GB/s" in stdout and "busbw GB/s" in stdout
+    # progress on stderr while each probe starts and ends
+    assert [line.split(": ", 1)[1] for line in stderr.splitlines() if "starting" in line] == [
+        "world size 1 [baseline]: starting 1 rank(s)…",
+        "world size 2 [baseline]: starting 2 rank(s)…",
+        "world size 4 [baseline]: starting 4 rank(s)…",
+    ]
 
 
 def test_as_logged_size_mismatch_reproduces_the_gloo_error_and_keeps_logs(
@@ -254,6 +264,13 @@ def test_dry_run_prints_the_torchrun_commands(replay_app: typer.Typer, tmp_path:
     assert all("--master-addr 127.0.0.1" in c and "NCCL_ALGO=Ring" in c for c in commands)
     assert "NCCL_DEBUG_FILE" not in "".join(commands)
     assert "NCCL_DEBUG_FILE not applied" in stdout
+    # no placeholder: every plan the commands name exists, so each command runs as printed
+    assert "REPLAY_DIR" not in stdout
+    plans = [line.split("plan: ", 1)[1] for line in stdout.splitlines() if line.startswith("# world size")]
+    assert len(plans) == 2
+    for plan, command in zip(plans, commands, strict=True):
+        assert json.loads(Path(plan).read_text())["cases"][0]["numel"] == 8076
+        assert plan in command
 
 
 def test_sweep_dry_run_lists_one_command_per_variable(replay_app: typer.Typer, tmp_path: Path) -> None:
