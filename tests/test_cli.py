@@ -166,3 +166,24 @@ def test_rules_show_renders_on_a_terminal_and_is_markdown_when_piped() -> None:
     shown = b"".join(chunks).decode(errors="replace")
     assert "What it detects." in shown
     assert "**What it detects.**" not in shown and "## LS101" not in shown
+
+
+def test_text_report_names_hosts_clips_with_an_ellipsis_and_a_healthy_run_has_nothing_to_debug() -> None:
+    from logscope.report.text import clip, node_labels
+
+    healthy = run("analyze", HEALTHY, "-q").stdout
+    assert "Next step W5 — Nothing to debug" in healthy and "Prove one GPU" not in healthy
+    assert "logs/none_" not in healthy  # a single node's run folder is not a node name
+    two_trees = run("analyze", "fixtures/rl/rsl_rl_crash_rank1", "-q").stdout
+    assert "localhost (node0)" in two_trees and "localhost (node1)" in two_trees
+    ranks = [
+        {"rank": 0, "node": "a/logs/x", "host": "gpu-a"},
+        {"rank": 1, "node": "b/logs/y", "host": "gpu-b"},
+        {"rank": 2, "node": "b/logs/y", "host": None},
+    ]
+    assert node_labels(ranks) == {0: "gpu-a", 1: "gpu-b", 2: "b"}
+    line = "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=6463, OpType=ALLREDUCE) ran for 1800017 ms"
+    assert clip(line, 200) == line
+    cut = clip(line, 60)
+    assert len(cut) <= 60 and cut.endswith("…") and line.startswith(cut[:-1]) and line[len(cut) - 1] == " "
+    assert clip("x" * 300, 150) == "x" * 149 + "…"  # no word boundary near: cut at the limit

@@ -54,9 +54,10 @@ def decide(
             "calibration": calibration_for(round(confidence * completeness, 2)),
             "next_step": {
                 "id": step,
-                "title": STEPS[step],
+                "title": "Nothing to debug: keep every rank's logs",
                 "command": None,
-                "detail": "Nothing to debug in these logs; keep the per-rank logs (--tee 3 --log_dir).",
+                "detail": "No failure in these logs. Keep launching with per-rank logs (--tee 3 --log_dir) so that "
+                "the next failure can be read on every rank.",
             },
         }
         findings[:] = [_strip(f) for f in findings]
