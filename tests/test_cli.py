@@ -169,7 +169,8 @@ def test_rules_show_renders_on_a_terminal_and_is_markdown_when_piped() -> None:
 
 
 def test_text_report_names_hosts_clips_with_an_ellipsis_and_a_healthy_run_has_nothing_to_debug() -> None:
-    from logscope.report.text import clip, node_labels
+    from logscope.report.nodes import node_labels
+    from logscope.report.text import clip
 
     healthy = run("analyze", HEALTHY, "-q").stdout
     assert "Next step W5 — Nothing to debug" in healthy and "Prove one GPU" not in healthy
@@ -181,7 +182,7 @@ def test_text_report_names_hosts_clips_with_an_ellipsis_and_a_healthy_run_has_no
         {"rank": 1, "node": "b/logs/y", "host": "gpu-b"},
         {"rank": 2, "node": "b/logs/y", "host": None},
     ]
-    assert node_labels(ranks) == {0: "gpu-a", 1: "gpu-b", 2: "b"}
+    assert node_labels(ranks) == ["gpu-a", "gpu-b", "b"]
     line = "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=6463, OpType=ALLREDUCE) ran for 1800017 ms"
     assert clip(line, 200) == line
     cut = clip(line, 60)

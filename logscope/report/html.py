@@ -24,6 +24,7 @@ from markupsafe import Markup
 
 from logscope.events.table import PHASES
 from logscope.model import Analysis
+from logscope.report.nodes import node_labels
 from logscope.rules.docs import rule_doc
 from logscope.verdict.calibration import calibration_sentence
 
@@ -699,17 +700,21 @@ def _finding_view(
         if coll.get(key) is not None
     ]
     doc = docs.get(str(finding.get("rule", "")))
+    is_verdict = bool(verdict.get("rule")) and finding.get("rule") == verdict.get("rule")
+    # One confidence on the page: the verdict's finding shows the verdict's (the rule's, scaled by how complete
+    # the logs are), as the header does; other findings show their own, named as such.
+    confidence = verdict.get("confidence") if is_verdict else finding.get("confidence")
     return {
         "rule": clip(str(finding.get("rule", "")), 100),
         "category": str(finding.get("category", "")).replace("_", " "),
         "severity": finding.get("severity", "info"),
-        "confidence_pct": round(100 * float(finding.get("confidence") or 0.0)),
+        "confidence_pct": round(100 * float(confidence or 0.0)),
         "title": clip(finding.get("title"), 300),
         "message": clip(finding.get("message"), 4000),
         "ranks": rank_ranges(finding.get("ranks") or []),
         "culprits": rank_ranges(finding.get("culprit_ranks") or []),
         "next_step": clip(finding.get("next_step"), 300) if finding.get("next_step") else None,
-        "is_verdict": bool(verdict.get("rule")) and finding.get("rule") == verdict.get("rule"),
+        "is_verdict": is_verdict,
         "collective": coll_facts,
         "doc": {k: clip(str(doc[k]), 3000) for k in ("what", "why", "example") if doc.get(k)} if doc else None,
         "anchor": f"finding-{number}",
@@ -888,7 +893,8 @@ def _rank_table_view(
     rank_rows: list[dict[str, Any]], anchors: dict[LaneKey, str], culprits: set[int], multi_attempt: bool
 ) -> dict[str, Any]:
     out = []
-    for row in sorted(rank_rows, key=_row_key)[:MAX_RANK_TABLE_ROWS]:
+    shown = sorted(rank_rows, key=_row_key)[:MAX_RANK_TABLE_ROWS]
+    for row, node in zip(shown, node_labels(shown), strict=True):
         key = _row_key(row)
         device = row.get("device") or row.get("host")
         out.append(
@@ -897,7 +903,7 @@ def _rank_table_view(
                 "anchor": anchors.get(key),
                 "culprit": row.get("rank") in culprits,
                 "attempt": row.get("attempt"),
-                "node": clip(row.get("node"), 100),
+                "node": clip(node, 100),
                 "local_rank": row.get("local_rank"),
                 "device": clip(str(device), 100) if device is not None else "",
                 "status": row.get("status") or ("visible" if row.get("visible") else "hidden"),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -11,6 +10,7 @@ from rich.table import Table
 
 from logscope.model import Analysis
 from logscope.report.github import printable
+from logscope.report.nodes import node_labels
 from logscope.verdict.calibration import calibration_sentence
 
 _COLOUR = {"healthy": "green", "single_rank": "yellow", "stall": "yellow"}
@@ -49,11 +49,11 @@ def render(analysis: Analysis, width: int = 110, color: bool = False) -> str:
         for col in ("rank", "node", "local", "status", "exit", "phase", "iter", "seq enq/done", "last event"):
             table.add_column(col)
         shown = d["ranks"][:64]
-        nodes = node_labels(d["ranks"])
-        for r in shown:
+        nodes = node_labels(shown)
+        for r, node in zip(shown, nodes, strict=True):
             table.add_row(
                 str(r["rank"]),
-                _text(nodes[r["rank"]]),
+                _text(node),
                 str(r["local_rank"] if r["local_rank"] is not None else ""),
                 r["status"],
                 "" if r["exit_code"] is None else str(r["exit_code"]) + (f" {r['signal']}" if r["signal"] else ""),
@@ -89,26 +89,6 @@ def clip(text: str, limit: int) -> str:
     cut = text[: limit - 1]
     space = cut.rfind(" ")
     return (cut[:space] if space >= limit * 2 // 3 else cut).rstrip() + "…"
-
-
-def node_labels(ranks: list[dict[str, Any]]) -> dict[int, str]:
-    """What the node column shows: the host a rank's own lines name; the node's folder (its first part, e.g.
-    `node1`) only where it tells nodes apart that the hosts do not (several trees from one machine, or no host);
-    nothing on a single node that names no host (its run folder says nothing)."""
-    folders = {r["node"] for r in ranks if r["node"]}
-    hosts_of: dict[str, set[str]] = {}
-    for r in ranks:
-        if r["node"] and r["host"]:
-            hosts_of.setdefault(r["host"], set()).add(r["node"])
-    labels = {}
-    for r in ranks:
-        folder = str(r["node"]).split("/")[0] if r["node"] and len(folders) > 1 else ""
-        host = r["host"] or ""
-        if host and folder and len(hosts_of.get(host, ())) > 1:
-            labels[r["rank"]] = f"{host} ({folder})"
-        else:
-            labels[r["rank"]] = host or folder
-    return labels
 
 
 def _text(value: str) -> str:

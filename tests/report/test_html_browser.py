@@ -116,14 +116,79 @@ def test_verdict_culprit_and_finding_evidence_in_the_browser(browser: Browser, t
     evidence = finding["evidence"][0]
     first = page.locator("details.finding").first
     window = first.locator(".logwin").first
-    assert not window.is_visible(), "findings start collapsed"
+    assert window.is_visible(), "the verdict's finding starts open"
     first.locator("summary").click()
-    assert window.is_visible()
+    assert not window.is_visible(), "and its summary folds it"
+    first.locator("summary").click()
     assert html.clip(evidence["text"], html.MAX_EVIDENCE_TEXT_CHARS).strip() in window.inner_text()
     where = first.locator(".where").first.inner_text()
     assert f"{evidence['path']}:{evidence['line']}" in where
 
     _screenshot(page, tmp_path, "report-stall.png")
+    browser.close(page)
+
+
+def test_one_confidence_and_one_culprit_mark_on_the_page(browser: Browser, tmp_path: Path) -> None:
+    """The header and the verdict's finding show the same confidence; a finding that blames another rank is not marked
+    as the culprit (run 08: the verdict blames rank 1, the NCCL-error finding rank 0)."""
+    tree = RUNS / "08_allreduce_size_mismatch_rank1"
+    analysis = analyze(tree)
+    verdict = analysis.diagnosis["verdict"]
+    page = browser.open(_write_report(tree, tmp_path / "mismatch.html"))
+
+    header = page.locator(".confidence").first.inner_text()
+    shown = f"{round(verdict['confidence'] * 100)}%"
+    assert shown in header
+    marks = page.locator("details.finding .culprit-mark")
+    assert marks.count() == 1
+    assert marks.first.inner_text() == f"culprit {html.rank_ranges(verdict['culprit_ranks'])}"
+    top = page.locator("details.finding.is-verdict")
+    assert f"verdict · {shown} confidence" in top.locator("summary").inner_text()
+    others = [
+        f
+        for f in analysis.diagnosis["findings"]
+        if f["culprit_ranks"] and f["culprit_ranks"] != verdict["culprit_ranks"]
+    ]
+    assert others, "the fixture has a finding that blames another rank"
+    other = page.locator("details.finding:not(.is-verdict)", has_text=others[0]["rule"]).first
+    assert (
+        other.locator(".finding-ranks").inner_text()
+        == f"this finding blames {html.rank_ranges(others[0]['culprit_ranks'])}"
+    )
+    assert "(this finding)" in other.locator("summary").inner_text()
+    assert other.get_attribute("open") is None, "only the verdict's finding starts open"
+    _screenshot(page, tmp_path, "report-findings.png")
+    browser.close(page)
+
+
+def _text_outside_the_plot(page: Any) -> list[str]:
+    return page.evaluate(
+        """() => {
+          const svg = document.querySelector('svg.lanes');
+          const width = svg.viewBox.baseVal.width, height = svg.viewBox.baseVal.height;
+          return [...svg.querySelectorAll('text')].map(t => [t.textContent, t.getBBox()])
+            .filter(([_, b]) => b.x < 0 || b.y < 0 || b.x + b.width > width + 0.5 || b.y + b.height > height + 0.5)
+            .map(([text]) => text);
+        }"""
+    )
+
+
+@pytest.mark.parametrize("tree", [STALL, MISMATCH, RUNS / "08_allreduce_size_mismatch_rank1"], ids=lambda p: p.name[:2])
+def test_timeline_labels_stay_inside_the_plot(browser: Browser, tmp_path: Path, tree: Path) -> None:
+    page = browser.open(_write_report(tree, tmp_path / "report.html"))
+    assert _text_outside_the_plot(page) == []
+    browser.close(page)
+
+
+def test_a_late_failing_collective_keeps_its_label_inside_the_plot(
+    browser: Browser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marker can sit at the plot's right end (a collective logged in the fail phase); its label then ends there."""
+    place = html._collective_x
+    monkeypatch.setattr(html, "_collective_x", lambda placed, coll: None if place(placed, coll) is None else 1070.0)
+    page = browser.open(_write_report(MISMATCH, tmp_path / "late.html"))
+    assert page.locator("svg.lanes .coll-label").count() == 1
+    assert _text_outside_the_plot(page) == []
     browser.close(page)
 
 
@@ -133,7 +198,6 @@ def test_evidence_rank_link_opens_that_rank_view(browser: Browser, tmp_path: Pat
     target = link.get_attribute("href")[1:]
     view = page.locator(f"details#{target}")
     assert view.get_attribute("open") is None
-    page.locator("details.finding summary").first.click()
     link.click()
     assert view.get_attribute("open") is not None
     assert view.locator("tbody tr").first.is_visible()
@@ -171,7 +235,7 @@ def test_copy_button_puts_the_next_step_command_on_the_clipboard(browser: Browse
 
 def test_printing_expands_every_finding(browser: Browser, tmp_path: Path) -> None:
     page = browser.open(_write_report(STALL, tmp_path / "stall.html"))
-    window = page.locator("details.finding .logwin").first
+    window = page.locator("details.finding").last.locator(".logwin").first
     assert not window.is_visible()
     page.emulate_media(media="print")
     page.evaluate("window.dispatchEvent(new Event('beforeprint'))")
