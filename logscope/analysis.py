@@ -112,7 +112,7 @@ def _analyze(
 # Read from each source's start when no line was recognised, to tell a log in an unknown format from other text.
 SHAPE_BYTES = 64 * 1024
 SHAPE_SOURCES = 16
-MIN_RECORDS = 2
+MIN_RECORDS = 1
 
 
 def _log_shaped(inventory: Inventory) -> bool:

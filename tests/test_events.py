@@ -143,6 +143,18 @@ def test_normalise_strips_stacked_prefixes() -> None:
     assert kit.text == "hello" and kit.ts is not None
     ansi = normalise("\x1b[1m Learning iteration 3/8 \x1b[0m")
     assert ansi.text.strip() == "Learning iteration 3/8"
+    # "%(asctime)s %(name)s %(levelname)s: " (maskrcnn-benchmark, facebookresearch/maskrcnn-benchmark#208)
+    named = normalise("2018-11-24 07:42:22,458 maskrcnn_benchmark.trainer INFO: **Start training**")
+    assert (named.text, named.level, named.prefixes) == ("**Start training**", "info", ("logging",))
+
+
+def test_log_records_counts_records_behind_a_fan_out_label() -> None:
+    from logscope.ingest.normalise import log_records
+
+    # pdsh / a CI runner's own label in front of NCCL's record prefix (huggingface/transformers#10282)
+    labelled = "stdout: multi-gpu-ci-runner:18062:18062 [1] NCCL INFO Using network Socket"
+    assert log_records([labelled, "milk", "eggs, a dozen"]) == 1
+    assert log_records(["stdout: milk", "note: eggs, a dozen"]) == 0
 
 
 def test_grep_patterns_come_from_the_catalogue() -> None:

@@ -65,9 +65,11 @@ _PY_HF = re.compile(r"\[(?P<lvl>[A-Z]+)\|[\w.-]+:\d+\] (?P<date>\d{4}-\d\d-\d\d)
 #         api.py:699"); the caller column on the right stays in the text (normalising only strips prefixes).
 _RICH_LEVEL = re.compile(r" ?(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) {2,}(?=\S)")
 _LEVEL_STARTS = tuple(p + w for p in ("", " ") for w in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+# Python logging with a date: "... [INFO] ", "... INFO ", "... - name - INFO - ", and "%(asctime)s %(name)s
+# %(levelname)s: " (maskrcnn-benchmark's and many research codes' format: "... maskrcnn_benchmark.trainer INFO: ").
 _PY_GENERIC = re.compile(
     r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[,.]\d+)? (?:\[(?P<lvl>[A-Z]+)\]|(?P<lvl2>[A-Z]{4,8})|"
-    r"- [\w.]+ - (?P<lvl3>[A-Z]+) -) "
+    r"- [\w.]+ - (?P<lvl3>[A-Z]+) -|[\w.]+ (?P<lvl4>DEBUG|INFO|WARNING|ERROR|CRITICAL):) "
 )
 
 _SEVERITY = {"F": "error", "E": "error", "C": "error", "W": "warning", "I": "info", "V": "info", "D": "info"}
@@ -166,7 +168,8 @@ def normalise(raw: str) -> Line:
                 prefixes.append("ray")
         elif text[:1].isdigit():
             if (m := _KIT.match(text)) is not None or (m := _PY_GENERIC.match(text)) is not None:
-                lvl = m["lvl"] or m.groupdict().get("lvl2") or m.groupdict().get("lvl3")
+                found = m.groupdict()
+                lvl = found.get("lvl") or found.get("lvl2") or found.get("lvl3") or found.get("lvl4")
                 line.level = _LEVEL_WORD.get(lvl or "", line.level)
                 line.ts_text, line.ts = f"{m['date']} {m['hms']}", _epoch(m["date"], m["hms"])
                 prefixes.append("kit" if m.re is _KIT else "logging")
@@ -229,13 +232,25 @@ _RECORD_PREFIXES = frozenset(
     {"c10", "ci_timestamp", "glog", "kit", "kit_uptime", "logging", "mpi_tag", "rank", "ray", "tee", "torchx"}
 )
 _FRAME = re.compile(r'^\s*File "[^"]+", line \d+')
+# Records of programs that write their own prefix: NCCL ("host:pid:tid [dev] NCCL INFO ..."), a native
+# debugger's frames ("#2  0x00007f... in ncclGroupEnd () at group.cc:176").
+_NATIVE_RECORD = re.compile(r"^\s*(?:[\w.-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|ERROR|TRACE) |#\d+ +0x[0-9a-f]+ in )")
+# A fan-out tool's or a paste's own label in front of every line ("stdout: ", "gpt-neox-train-dist-master: ").
+_LEADING_LABEL = re.compile(r"^(?:[\w.-]{1,64}: )+")
 
 
 def log_records(lines: Iterable[str]) -> int:
-    """How many of `lines` are shaped like a log record (a logger's or launcher's prefix, a traceback frame)."""
+    """How many of `lines` are shaped like a log record (a logger's or launcher's prefix, a traceback frame, a
+    program's own record prefix), also behind a label that a fan-out tool or a paste put in front of it."""
     count = 0
     for raw in lines:
-        line = normalise(raw)
-        if _RECORD_PREFIXES.intersection(line.prefixes) or _FRAME.match(line.text):
-            count += 1
+        for candidate in (raw, _LEADING_LABEL.sub("", raw, count=1)):
+            line = normalise(candidate)
+            if (
+                _RECORD_PREFIXES.intersection(line.prefixes)
+                or _FRAME.match(line.text)
+                or _NATIVE_RECORD.match(line.text)
+            ):
+                count += 1
+                break
     return count

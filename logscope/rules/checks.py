@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import regex
+
 from logscope.events.catalogue import catalogue
 from logscope.rules.api import (
     COMM_FAMILY,
@@ -64,6 +66,74 @@ OWN_FAULT_KINDS = frozenset(
 )
 # The job was stopped from outside (Ctrl-C, the scheduler's SIGTERM to torchrun): where a hang ends, not a failure.
 STOPPED_FROM_OUTSIDE_EXC = ("KeyboardInterrupt", "SignalException")
+
+
+# Functions that join the world: an exception raised under one of them, saying it waited or could not connect,
+# means the world never formed (a rendezvous failure), whatever the exception's class.
+JOIN_FUNCTIONS = frozenset(
+    {
+        "init_process_group",
+        "rendezvous",
+        "_create_c10d_store",
+        "_env_rendezvous_handler",
+        "_tcp_rendezvous_handler",
+        "_file_rendezvous_handler",
+        "next_rendezvous",
+        "_rendezvous",
+    }
+)
+JOIN_FAILURE = regex.compile(
+    r"(?i)time(?:d)?[ -]?out|connection refused|failed to connect|connect\(\)|address already in use|eaddrinuse|"
+    r"name or service not known|no route to host|connection reset"
+)
+# How far back from its exception a traceback's frames are looked for.
+TRACEBACK_SPAN = 80
+
+
+def raised_joining_world(ctx: Context, exception: dict[str, Any]) -> dict[str, Any] | None:
+    """The frame of `exception`'s traceback that joins the world, where the exception says the join waited or
+    could not connect; else None."""
+    if exception["kind"] != "python_exception" or not JOIN_FAILURE.search(str(exception["_f"].get("reason") or "")):
+        return None
+    sid, line = exception["sid"], exception["line"]
+    start = max(
+        (h["line"] for h in ctx.by_kind.get("traceback_start", []) if h["sid"] == sid and h["line"] < line),
+        default=line - TRACEBACK_SPAN,
+    )
+    frames = sorted(
+        (
+            f
+            for kind in ("traceback_frame", "c10d_call", "launcher_frame")  # a frame, by whichever signature read it
+            for f in ctx.by_kind.get(kind, [])
+            if f["sid"] == sid and max(start, line - TRACEBACK_SPAN) < f["line"] < line
+        ),
+        key=lambda f: f["line"],
+    )
+    return next((f for f in reversed(frames) if _function(f) in JOIN_FUNCTIONS), None)
+
+
+def _function(frame: dict[str, Any]) -> str:
+    return str(frame["_f"].get("fn") or frame["_f"].get("api") or "")
+
+
+@check("exception_joining_world")
+def exception_joining_world(
+    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
+) -> Hit | None:
+    """An exception out of init_process_group / the rendezvous that says it timed out or could not connect."""
+    found = [(e, frame) for e in events if (frame := raised_joining_world(ctx, e)) is not None]
+    if not found:
+        return None
+    exception, frame = found[0]
+    return Hit(
+        [exception, frame],
+        {e["rank"] for e, _ in found if e["rank"] is not None},
+        culprits=[],
+        values={
+            "exception": _short(str(exception["_f"].get("exc_type") or "") + ": " + str(exception["_f"].get("reason"))),
+            "function": _function(frame),
+        },
+    )
 
 
 def _message_kind(text: str) -> str | None:
@@ -136,6 +206,8 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
                 continue
             if kind == "python_exception" and _message_kind(str(f.get("reason") or "")) in COMM_KINDS:
                 continue  # e.g. "RuntimeError: NCCL error in: ...": a communication error raised as an exception
+            if raised_joining_world(ctx, e) is not None:
+                continue  # the world never formed: LS606 reports it
             if kind == "error_file" and _message_kind(e["text"]) in COMM_KINDS:
                 continue
             if rank is not None and rank in comm and kind == "error_file":
@@ -506,6 +578,16 @@ def _consequence_exception(e: dict[str, Any]) -> bool:
     return exc.endswith(NOT_A_CAUSE_EXC) or _message_kind(str(e["_f"].get("reason") or "")) in REMOTE_KINDS
 
 
+def nothing_failed_nor_finished(ctx: Context) -> bool:
+    """The fallback rules' ground: no main rule found a failure, and nothing proves that the run finished."""
+    proof = ctx.completion
+    return (
+        proof is not None
+        and not proof.proven
+        and not any(at_least(f["severity"], Severity.ERROR) for f in ctx.findings)
+    )
+
+
 @check("stall")
 def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
     """Nothing failed and nothing proves that the run finished: the logs stop somewhere (fallback stage).
@@ -514,7 +596,7 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
     a run that shows neither a failure nor its end hung, was killed from outside, or was cut off.
     """
     proof = ctx.completion
-    if proof is None or proof.proven or any(at_least(f["severity"], Severity.ERROR) for f in ctx.findings):
+    if proof is None or not nothing_failed_nor_finished(ctx):
         return None
     stopped = dict(proof.stopped)
     evidence: list[dict[str, Any]] = []
@@ -890,7 +972,9 @@ WORKER_KINDS = (
 # Lines that prove the process group had formed (a collective ran or training started).
 WORLD_FORMED_KINDS = (
     "pg_initialized",
+    "lightning_world_formed",
     "nccl_comm_init",
+    "nccl_comm_topology",
     "sync_start",
     "sync_done",
     "iteration",
@@ -960,7 +1044,7 @@ def _int_field(e: dict[str, Any], name: str) -> int | None:
 
 @check("launcher_failed")
 def launcher_failed(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
-    """torchrun's own traceback and no worker ever printed: the launch failed before the world formed."""
+    """The launcher's own traceback (torchrun's, DeepSpeed's runner) and no worker ever printed: the launch failed."""
     if not events or any(ctx.by_kind.get(k) for k in WORKER_KINDS) or ctx.visible:
         return None
     rdzv = [e for e in events if "rendezvous" in str(e["_f"].get("module", "")) or e["_f"].get("fn") == "_rendezvous"]
@@ -988,3 +1072,64 @@ def seeds_not_offset(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
     )
     hit.severity = "warning"
     return hit
+
+
+@check("world_never_formed")
+def world_never_formed(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """Some ranks of a declared world start and wait at init; the others never print: the world never formed.
+
+    Fallback stage, like the stall rule it refines: nothing failed and nothing proves the run finished. Two or more
+    ranks are needed, since many jobs print start-up lines from rank 0 only.
+    """
+    if not nothing_failed_nor_finished(ctx):
+        return None
+    world = ctx.job.get("world_size")
+    if not ctx.job.get("world_size_declared") or not isinstance(world, int) or world < 2:
+        return None
+    started = {r for r in ctx.visible if 0 <= r < world}
+    missing = sorted(set(range(world)) - started)
+    if len(started) < 2 or not missing:
+        return None
+    if any(ctx.states[r].furthest > PHASE_ORDER["init"] or ctx.states[r].progress_count for r in started):
+        return None
+    if any(ctx.by_kind.get(k) for k in WORLD_FORMED_KINDS) or any(e["seq"] is not None for e in ctx.rows):
+        return None
+    last = [e for r in sorted(started) if (e := ctx.states[r].last_event) is not None]
+    return Hit(
+        last[:8],
+        set(started),
+        culprits=missing,
+        values={"started": sorted(started), "missing": missing, "world": world},
+    )
+
+
+# A connect that NCCL retried this often with nothing after it never went through.
+MIN_CONNECT_RETRIES = 3
+
+
+@check("connect_retries_unresolved")
+def connect_retries_unresolved(
+    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
+) -> Hit | None:
+    """NCCL keeps retrying a connect and the log ends there: nothing failed loudly, nothing after shows a connection.
+
+    Fallback stage: only when no main rule found a failure and nothing proves the run finished.
+    """
+    if not nothing_failed_nor_finished(ctx):
+        return None
+    if len(events) < MIN_CONNECT_RETRIES:
+        return None
+    last = max(events, key=lambda e: (e["sid"], e["line"]))
+    after = [
+        e
+        for e in ctx.rows
+        if e["sid"] == last["sid"]
+        and e["line"] > last["line"]
+        and (PHASE_ORDER.get(e["phase"], -1) > PHASE_ORDER["init"] or e["seq"] is not None)
+    ]
+    if after:
+        return None
+    ranks = {e["rank"] for e in events if e["rank"] is not None}
+    return Hit(
+        [*events[:3], last], ranks, culprits=[], values={"reason": last["_f"].get("reason"), "retries": len(events)}
+    )

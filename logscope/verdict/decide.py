@@ -69,7 +69,10 @@ def decide(
         summary += (
             " This also explains: " + "; ".join(f"{f['title'].lower()} ({f['rule']})" for f in explained[:4]) + "."
         )
-    hidden = [r["rank"] for r in aligned.rank_rows() if r["status"] == "hidden"]
+    # Hidden ranks that the verdict blames are its subject (they never started), not a gap in the evidence.
+    hidden = [
+        r["rank"] for r in aligned.rank_rows() if r["status"] == "hidden" and r["rank"] not in top["culprit_ranks"]
+    ]
     if hidden:
         summary += (
             f" Ranks {_ranks(hidden)} are hidden (no lines of theirs in these logs), so the evidence is "
