@@ -18,6 +18,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from rich.table import Table
 from rich.text import Text
 
+from logscope.align.state import AGENT_KINDS
 from logscope.model import Analysis
 
 JOB_FIELDS = (
@@ -303,39 +304,78 @@ def _check_single_gpu(a: Analysis, b: Analysis) -> dict[str, Any]:
     return check
 
 
-def _rank_sequences(events: pl.DataFrame) -> dict[int, list[dict[str, Any]]]:
+def _rank_sequences(events: pl.DataFrame) -> tuple[dict[int, list[dict[str, Any]]], dict[int, dict[str, Any]]]:
+    """Each rank's own events in order, and apart from them the launcher's last word about the rank (torchrun's
+    "failed (exitcode: -9) local_rank: 1", a ChildFailedError row): that line sits in another file, often first."""
     rows = events.filter(pl.col("rank").is_not_null() & pl.col("level").is_in(SEQUENCE_LEVELS))
     sequences: dict[int, list[dict[str, Any]]] = {}
+    launcher: dict[int, dict[str, Any]] = {}
     for rank, kind, source, line, text in rows.select("rank", "kind", "source", "line", "text").iter_rows():
-        sequences.setdefault(int(rank), []).append(
-            {"kind": kind, "source": source, "line": line, "text": (text or "")[:MAX_TEXT]}
-        )
-    return sequences
+        event = {"kind": kind, "source": source, "line": line, "text": (text or "")[:MAX_TEXT]}
+        if kind in AGENT_KINDS:
+            launcher[int(rank)] = event
+        else:
+            sequences.setdefault(int(rank), []).append(event)
+    return sequences, launcher
 
 
 def divergence(events_a: pl.DataFrame, events_b: pl.DataFrame) -> list[dict[str, Any]]:
-    """Per rank: the first position where the two runs' event kinds differ (or where one run's rank stops)."""
-    seq_a, seq_b = _rank_sequences(events_a), _rank_sequences(events_b)
+    """Per rank: the first point where the two runs part, aligned on the kinds of event both runs have.
+
+    Kinds only one run has (a warning, a retry) are not a divergence by themselves in the middle of a run: the runs
+    part where the events they share stop agreeing, or where one goes on past the last of them and the other does
+    not; what each run did there (an extra kind included) is shown.
+    """
+    (seq_a, launcher_a), (seq_b, launcher_b) = _rank_sequences(events_a), _rank_sequences(events_b)
     result = []
-    for rank in sorted(set(seq_a) | set(seq_b)):
-        kinds_a = [event["kind"] for event in seq_a.get(rank, [])]
-        kinds_b = [event["kind"] for event in seq_b.get(rank, [])]
-        entry: dict[str, Any] = {"rank": rank, "events_a": len(kinds_a), "events_b": len(kinds_b)}
-        if rank not in seq_a or rank not in seq_b:
-            entry.update(status=f"only in run {'A' if rank in seq_a else 'B'}", index=None, a=None, b=None)
-        elif kinds_a == kinds_b:
-            entry.update(status="same", index=None, a=None, b=None)
+    for rank in sorted(set(seq_a) | set(seq_b) | set(launcher_a) | set(launcher_b)):
+        own_a, own_b = seq_a.get(rank, []), seq_b.get(rank, [])
+        entry: dict[str, Any] = {
+            "rank": rank,
+            "events_a": len(own_a),
+            "events_b": len(own_b),
+            "launcher_a": launcher_a.get(rank),
+            "launcher_b": launcher_b.get(rank),
+            "index": None,
+            "a": None,
+            "b": None,
+        }
+        kinds_a, kinds_b = [e["kind"] for e in own_a], [e["kind"] for e in own_b]
+        shared = set(kinds_a) & set(kinds_b)
+        entry["only_a"] = sorted(set(kinds_a) - shared)
+        entry["only_b"] = sorted(set(kinds_b) - shared)
+        if not own_a or not own_b:
+            entry["status"] = f"only in run {'A' if own_a else 'B'}" if own_a or own_b else "launcher lines only"
+            result.append(entry)
+            continue
+        at_a = [i for i, k in enumerate(kinds_a) if k in shared]
+        at_b = [i for i, k in enumerate(kinds_b) if k in shared]
+        index = _first_difference([kinds_a[i] for i in at_a], [kinds_b[i] for i in at_b])
+        # Past the last shared event the runs must end alike: one that goes on to its end line or a traceback
+        # where the other stops has parted there.
+        tail_a = kinds_a[at_a[-1] + 1 :] if at_a else kinds_a
+        tail_b = kinds_b[at_b[-1] + 1 :] if at_b else kinds_b
+        if index == len(at_a) == len(at_b) and tail_a == tail_b:
+            entry["status"] = "same"
         else:
-            index = _first_difference(kinds_a, kinds_b)
             entry.update(
                 status="diverges",
                 index=index,
-                a=seq_a[rank][index] if index < len(kinds_a) else None,
-                b=seq_b[rank][index] if index < len(kinds_b) else None,
-                common=kinds_a[max(0, index - 3) : index],
+                a=_event_at(own_a, at_a, index),
+                b=_event_at(own_b, at_b, index),
+                common=[kinds_a[i] for i in at_a[max(0, index - 3) : index]],
             )
         result.append(entry)
     return result
+
+
+def _event_at(own: list[dict[str, Any]], shared_at: list[int], index: int) -> dict[str, Any] | None:
+    """The run's event where the shared sequence parts: its `index`-th shared event, or past the shared ones the
+    first event after them (a kind only this run has, such as its traceback), or nothing."""
+    if index < len(shared_at):
+        return own[shared_at[index]]
+    after = shared_at[index - 1] + 1 if index else 0
+    return own[after] if after < len(own) else None
 
 
 def _first_difference(left: list[str], right: list[str]) -> int:
@@ -425,5 +465,11 @@ def text_renderables(comparison: dict[str, Any]) -> list[Any]:
                     if event
                     else "no more events"
                 )
-                parts.append(Text(f"    {label.upper()}[{row['index']}] {where}"))
+                parts.append(Text(f"    {label.upper()} after {row['index']} shared events: {where}"))
+        for label in ("a", "b"):
+            if row[f"launcher_{label}"]:
+                said = row[f"launcher_{label}"]
+                parts.append(
+                    Text(f"    launcher, run {label.upper()}: {said['text']} ({said['source']}:{said['line']})")
+                )
     return parts

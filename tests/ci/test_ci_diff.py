@@ -33,7 +33,12 @@ def rank0_rates(run: Path) -> list[int]:
 
 
 def kinds(analysis: Analysis, rank: int) -> list[str]:
-    rows = analysis.events.filter((pl.col("rank") == rank) & pl.col("level").is_in(diff.SEQUENCE_LEVELS))
+    """The rank's own event kinds (not the launcher's lines about it), in order."""
+    rows = analysis.events.filter(
+        (pl.col("rank") == rank)
+        & pl.col("level").is_in(diff.SEQUENCE_LEVELS)
+        & ~pl.col("kind").is_in(list(diff.AGENT_KINDS))
+    )
     return rows["kind"].to_list()
 
 
@@ -76,13 +81,30 @@ def test_healthy_vs_killed_names_the_first_event_where_a_rank_parts(analysed: An
     assert diverging, "a rank killed mid-training must part from the healthy run"
     for row in diverging:
         left, right = kinds(healthy, row["rank"]), kinds(killed, row["rank"])
+        shared = set(left) & set(right)
+        left_shared, right_shared = [k for k in left if k in shared], [k for k in right if k in shared]
         index = row["index"]
-        assert left[:index] == right[:index]
-        assert index == min(len(left), len(right)) or left[index] != right[index]
-        if index < len(left):
-            assert row["a"]["kind"] == left[index]
-        if index < len(right):
-            assert row["b"]["kind"] == right[index]
+        assert left_shared[:index] == right_shared[:index]
+        assert index == min(len(left_shared), len(right_shared)) or left_shared[index] != right_shared[index]
+        if index < len(left_shared):
+            assert row["a"]["kind"] == left_shared[index]
+    # Both ranks of the killed run part from the healthy one: rank 0 where its traceback starts (the healthy run
+    # goes on iterating), rank 1 where it stops before its end line; torchrun's lines about them are the launcher's.
+    by_rank = {row["rank"]: row for row in comparison["divergence"]}
+    assert by_rank[0]["status"] == by_rank[1]["status"] == "diverges"
+    assert by_rank[0]["b"]["kind"] == "traceback_start" and by_rank[0]["a"]["kind"] == "iteration"
+    assert by_rank[1]["b"] is None and by_rank[1]["a"]["kind"] in {"final_checksum", "training_time"}
+    assert "exitcode -9" in by_rank[1]["launcher_b"]["text"] and by_rank[1]["launcher_a"] is None
+
+
+def test_a_launcher_line_first_in_the_file_order_is_not_a_divergence(analysed: Analysed) -> None:
+    """Run B's console holds torchrun's failure lines and sorts before the rank files: the comparison still starts
+    at what both runs have (issue 19, item 10), so a healthy run compared with itself plus those lines is the same."""
+    comparison = diff.diff_runs(analysed(HEALTHY), analysed(KILLED))
+    for row in comparison["divergence"]:
+        assert row["index"] != 0, f"rank {row['rank']} parts at its first event: {row}"
+    same = diff.diff_runs(analysed(HEALTHY), analysed(HEALTHY))
+    assert {row["status"] for row in same["divergence"]} == {"same"}
     checks = {check["id"]: check for check in comparison["checks"]}
     assert checks["V4"]["status"] == "unknown"  # same world size: nothing was scaled
 
