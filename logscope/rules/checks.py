@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import regex
@@ -524,7 +525,8 @@ def _cut_tracebacks(ctx: Context) -> list[dict[str, Any]]:
         if e["level"] != "benign" and (e["sid"] not in last or e["line"] > last[e["sid"]]["line"]):
             last[e["sid"]] = e
     # Where the header is in the file, the header stands for its traceback (and may say it was stopped by ^C).
-    headed = {e["sid"] for e in ctx.by_kind.get("traceback_start", [])}
+    # Frames under a stack dump's header are a live process's stack (py-spy, faulthandler), not a failure.
+    headed = {e["sid"] for k in ("traceback_start", "stack_dump") for e in ctx.by_kind.get(k, [])}
     return [e for e in last.values() if e["kind"] == "traceback_frame" and e["sid"] not in headed]
 
 
@@ -620,8 +622,15 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
     furthest = max((s.furthest for s in ctx.states.values() if s.status == "visible"), default=-1)
     behind = sorted(r for r in stopped if ctx.states[r].furthest < furthest)
     culprits = behind if behind and len(behind) < len(stopped) else []
-    # Whole per-rank streams that stop are a hang; an excerpt that stops may only have been cut there.
-    whole = bool(stopped) and all(ctx.states[r].complete for r in stopped)
+    dumps = stack_dumps(ctx)
+    waiting = {d.rank for d in dumps if d.rank is not None and d.collective}
+    elsewhere = {d.rank for d in dumps if d.rank is not None and not d.collective} - waiting
+    if waiting and elsewhere:
+        culprits = sorted(elsewhere)  # its peers wait in a collective it is not in
+    evidence = [d.header for d in dumps][:4] + evidence
+    # Whole per-rank streams that stop are a hang, and so is a log beside a live process's stack dump; an excerpt
+    # that stops may only have been cut there.
+    whole = (bool(stopped) and all(ctx.states[r].complete for r in stopped)) or bool(dumps)
     progressed = any(s.progress_count for s in ctx.states.values()) or ctx.by_kind.get("iteration")
     factor = (1.0 if whole else 0.65) * (1.0 if progressed else 0.85) * (0.8 if ctx.hidden else 1.0)
     if not ctx.rows:
@@ -637,8 +646,131 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
             "last_iterations": ", ".join(f"rank {r}: {i}" for r, i in sorted(last_it.items())) or "none printed",
             "joined": sorted(proof.participating) or "none",
             "cut": "" if whole else " This is an excerpt: it may also have been cut off there.",
+            "dumps": _dumps_text(dumps),
         },
     )
+
+
+# Where a dumped process waits for its peers: torch.distributed's collectives, the store barrier, NCCL's calls.
+WAIT_FUNCTIONS = frozenset(
+    {
+        "all_reduce",
+        "all_gather",
+        "all_gather_into_tensor",
+        "_all_gather_base",
+        "all_gather_object",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "_reduce_scatter_base",
+        "broadcast",
+        "broadcast_object_list",
+        "barrier",
+        "monitored_barrier",
+        "all_to_all",
+        "all_to_all_single",
+        "reduce",
+        "gather",
+        "scatter",
+        "send",
+        "recv",
+        "_store_based_barrier",
+        "ncclGroupEnd",
+        "getNCCLComm",
+        "ncclCommInitRank",
+    }
+)
+
+
+@dataclass
+class StackDump:
+    """One process's stack dump: where its threads were when a debugger or py-spy looked."""
+
+    header: dict[str, Any]
+    rank: int | None
+    pid: int | None
+    recent_first: bool = True  # faulthandler, py-spy and gdb print the innermost frame first, pystack last
+    functions: list[str] = field(default_factory=list)  # as printed
+
+    @property
+    def collective(self) -> str | None:
+        return next((fn for fn in self.functions if fn in WAIT_FUNCTIONS), None)
+
+    @property
+    def innermost(self) -> str | None:
+        if not self.functions:
+            return None
+        return self.functions[0] if self.recent_first else self.functions[-1]
+
+
+# Frames as the signatures read them: plain, torch.distributed's own (c10d_call), torchrun's, py-spy's and gdb's.
+DUMP_FRAME_KINDS = ("traceback_frame", "c10d_call", "launcher_frame", "dump_frame")
+PID_IN_TEXT = regex.compile(r"\bpid[=:] ?(\d+)")
+
+
+def _pid_ranks(ctx: Context) -> dict[int, int]:
+    """pid -> global rank, from the ranks' own lines that name their pid (NCCL's host:pid:tid, a job's pid=...)."""
+    out: dict[int, int] = {}
+    for e in ctx.rows:
+        if e["rank"] is None or e["kind"] in ("stack_dump", "dump_frame"):
+            continue
+        pid = e["_f"].get("pid")
+        if pid is None and (m := PID_IN_TEXT.search(str(e["text"]))) is not None:
+            pid = m[1]
+        if pid is not None and str(pid).isdigit():
+            out.setdefault(int(pid), e["rank"])
+    return out
+
+
+def stack_dumps(ctx: Context) -> list[StackDump]:
+    """The stack dumps in the input, one per process, each with the rank it belongs to where that can be told: the
+    rank's own file, or the dumped pid joined with a line of the rank that names its pid."""
+    headers = ctx.by_kind.get("stack_dump", [])
+    if not headers:
+        return []
+    pid_rank = _pid_ranks(ctx)
+    frames = sorted(
+        (e for k in DUMP_FRAME_KINDS for e in ctx.by_kind.get(k, [])),
+        key=lambda e: (e["sid"], e["line"]),
+    )
+    dumps: list[StackDump] = []
+    current: dict[int, StackDump] = {}  # per file, the process being dumped
+    for h in sorted(headers, key=lambda e: (e["sid"], e["line"])):
+        f = h["_f"]
+        # pystack's and gdb's thread ids are Linux thread ids: the main thread's is the process's pid.
+        pid = next((int(f[k]) for k in ("pid", "pystack_thread", "lwp") if str(f.get(k) or "").isdigit()), None)
+        rank = h["rank"] if h["rank"] is not None else pid_rank.get(pid) if pid is not None else None
+        previous = current.get(h["sid"])
+        # One process's dump names it once and then lists its threads: py-spy's "Process N:" line, then its
+        # "Thread N (idle)" lines; faulthandler's, pystack's and gdb's threads follow one another. A thread header
+        # starts another process only where it says another rank, or another pid that is a rank's.
+        same = previous is not None and f.get("pid") is None and (rank is None or rank == previous.rank)
+        if same and previous is not None:
+            if previous.rank is None:
+                previous.rank = rank
+            continue
+        dump = StackDump(h, rank, pid, recent_first=f.get("pystack_thread") is None)
+        dumps.append(dump)
+        current[h["sid"]] = dump
+    by_sid: dict[int, list[StackDump]] = {}
+    for d in dumps:
+        by_sid.setdefault(d.header["sid"], []).append(d)
+    for e in frames:
+        owners = [d for d in by_sid.get(e["sid"], []) if d.header["line"] < e["line"]]
+        if owners:
+            fn = _function(e)
+            owners[-1].functions.append(fn.rsplit("::", 1)[-1].rsplit(".", 1)[-1])
+    return dumps
+
+
+def _dumps_text(dumps: list[StackDump]) -> str:
+    if not dumps:
+        return ""
+    parts = []
+    for d in dumps[:8]:
+        who = f"rank {d.rank}" if d.rank is not None else f"pid {d.pid}" if d.pid is not None else "a process"
+        where = d.collective or d.innermost or "no frame shown"
+        parts.append(f"{who} waits in {where}" if d.collective else f"{who} is in {where}")
+    return " Stack dumps of the live processes: " + "; ".join(parts) + "."
 
 
 def _short(text: str, width: int = 120) -> str:
