@@ -17,20 +17,35 @@ REPO = Path(__file__).resolve().parents[1]
 def test_packages_listed_in_pyproject_are_the_package_folders() -> None:
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     folders = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "logscope").rglob("__init__.py")}
-    assert listed == folders | {"logscope.rulepack"}
+    data = {".".join(p.relative_to(REPO).parts) for p in (REPO / "logscope").rglob("templates") if p.is_dir()}
+    assert listed == folders | data | {"logscope.rulepack"}
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The wheel, and what the build printed (-v: the backend's own warnings)."""
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
         check=True,
         capture_output=True,
+        text=True,
         timeout=300,
     )
     (built,) = out.glob("torch_logscope-*.whl")
-    return built
+    return built, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(build: tuple[Path, str]) -> Path:
+    return build[0]
+
+
+def test_the_build_prints_no_packaging_warning(build: tuple[Path, str]) -> None:
+    printed = build[1]
+    assert "running bdist_wheel" in printed or "Building wheel" in printed, "the backend's output is shown"
+    for warning in ("Package would be ignored", "SetuptoolsDeprecationWarning", "License classifiers"):
+        assert warning not in printed, warning
 
 
 def test_wheel_ships_every_rule_file_and_the_data_files(wheel: Path) -> None:
