@@ -12,6 +12,7 @@ from logscope.errors import InputError
 from logscope.events.helper import Helper
 from logscope.ingest.normalise import log_records
 from logscope.ingest.sources import Inventory, discover
+from logscope.ingest.textshape import is_program_output
 from logscope.model import SCHEMA_ID, Analysis
 
 
@@ -116,8 +117,9 @@ MIN_RECORDS = 1
 
 
 def _log_shaped(inventory: Inventory) -> bool:
-    """Whether the input's text is shaped like a log (logger or launcher prefixes, traceback frames), though no
-    line of it is one logscope knows: such a log is analysed (nothing known failed in it), other text is refused."""
+    """Whether the input's text is shaped like a log (logger or launcher prefixes, traceback frames) or is a job's
+    own prints (short lines naming ranks, devices or the loop next to a value), though no line of it is one
+    logscope knows: such a log is analysed (nothing known failed in it); documents and other text are refused."""
     records = 0
     for _, opener in inventory.sources[:SHAPE_SOURCES]:
         try:
@@ -125,8 +127,9 @@ def _log_shaped(inventory: Inventory) -> bool:
                 head = handle.read(SHAPE_BYTES)
         except OSError:
             continue
-        records += log_records(head.decode("utf-8", errors="replace").splitlines())
-        if records >= MIN_RECORDS:
+        lines = head.decode("utf-8", errors="replace").splitlines()
+        records += log_records(lines)
+        if records >= MIN_RECORDS or is_program_output(lines):
             return True
     return False
 

@@ -9,6 +9,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from logscope.analysis import analyze
 from tests.conftest import REPO, analysed
 
@@ -89,3 +91,30 @@ def test_blocks_cut_long_lines_and_keep_line_numbers(tmp_path: Path) -> None:
     a = analyze(log)
     assert a.diagnosis["verdict"]["category"] == "collective_timeout"
     assert min(a.events["line"].to_list()) >= 2
+
+
+# ---------------------------------------------------------------------------------------- text shape (not a log)
+@pytest.mark.parametrize(
+    "case",
+    [
+        "blind4_allreduce_hang_both_ranks_set_device0",  # "init nccl 1, 2", "past barrier for 0"
+        "blind4_nccl_allreduce_shape_mismatch_rank0_hang",  # "# Rank 7 tensor before allreduce: torch.Size(...)"
+        "r7_robustvlm_clip_4gpu_stuck_epoch0_step0_21",  # a Compose repr, "train for 1.99 epochs", "Epoch 0 step 0"
+        "blind_launch_single_node_two_devices_ok",  # "process 0, global_rank 0, local_rank 0, device cuda:0"
+    ],
+)
+def test_a_jobs_own_prints_are_program_output(case: str) -> None:
+    from logscope.ingest.textshape import is_program_output
+
+    lines = (REPO / "fixtures/cases" / case / "console.log").read_text().splitlines()
+    assert is_program_output(lines)
+
+
+@pytest.mark.parametrize(
+    "doc", ["README.md", "pyproject.toml", "setup.py", "docs/accuracy.md", "docs/rules.md", "fixtures/cases/README.md"]
+)
+def test_documents_config_and_code_are_not_program_output(doc: str) -> None:
+    from logscope.ingest.textshape import is_program_output
+
+    assert not is_program_output((REPO / doc).read_text().splitlines())
+    assert not is_program_output(["milk", "eggs, a dozen", "bread", "2 apples", "coffee beans"])
