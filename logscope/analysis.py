@@ -10,6 +10,7 @@ from pathlib import Path
 from logscope import __version__
 from logscope.errors import InputError
 from logscope.events.helper import Helper
+from logscope.ingest.flight_recorder import in_folder
 from logscope.ingest.normalise import log_records
 from logscope.ingest.sources import Inventory, discover
 from logscope.ingest.textshape import is_program_output
@@ -34,9 +35,13 @@ def analyze(
     rules_dirs: Sequence[Path] = (),
     follow_symlinks: bool = False,
     progress: Callable[[int], None] | None = None,
+    flight_recorder: Path | None = None,
 ) -> Analysis:
-    """Analyse one run (a folder, a log file or an archive) and return its diagnosis and tables."""
+    """Analyse one run (a folder, a log file or an archive) and return its diagnosis and tables; `flight_recorder`
+    is a folder of Flight Recorder dumps kept apart from the logs."""
     inventory = discover(path, follow_symlinks=follow_symlinks)
+    if flight_recorder is not None:
+        inventory.dumps += in_folder(flight_recorder)
     helper = Helper.start_for(inventory)
     try:
         with _no_cyclic_gc():
@@ -57,8 +62,10 @@ def _analyze(
     # The stages import polars (0.2 s, and as long again for the rest): imported only now, while the helper
     # started above imports them too.
     from logscope.align import align
+    from logscope.align.flight import from_dumps, to_json
     from logscope.align.state import looks_like_a_log
     from logscope.events.parallel import extract
+    from logscope.events.rank_values import rank_value_differences
     from logscope.events.startup import startup_differences
     from logscope.rules.engine import evaluate
     from logscope.rules.loader import load_rules
@@ -75,7 +82,9 @@ def _analyze(
         raise InputError(f"no readable log lines in {path}{detail}")
     openers = {src.path: opener for src, opener in inventory.sources}
     extraction.rows += startup_differences(read.sources, openers)
+    extraction.rows += rank_value_differences(read.sources, openers)
     aligned = align(extraction, read.sources, read.stats)
+    aligned.flight = from_dumps(inventory.dumps, inventory.tar_archives, aligned)
     if not looks_like_a_log(aligned.rows) and not _log_shaped(inventory):
         raise InputError(
             f"nothing that looks like a training or launcher log in {path}: no line of torchrun, torch.distributed, "
@@ -106,6 +115,7 @@ def _analyze(
             for s, st in zip(aligned.sources, aligned.stats, strict=True)
         ],
         "replay": None,
+        "flight_recorder": to_json(aligned.flight) if aligned.flight is not None else None,
     }
     return Analysis(diagnosis=diagnosis, events=aligned.events, ranks=aligned.ranks, notes=aligned.notes)
 

@@ -13,8 +13,8 @@ from logscope.events.literals import Literals, required_literals
 
 LEVELS = ("benign", "info", "warning", "error")
 # Event kinds that no signature reads off one line: made from error.json files, torchrun's failure table, and the
-# cross-rank comparison of start-up lines (events/startup.py).
-SYNTHESIZED_KINDS = ("child_failure", "error_file", "startup_differs")
+# cross-rank comparisons of start-up lines (events/startup.py) and of lines naming their rank (events/rank_values.py).
+SYNTHESIZED_KINDS = ("child_failure", "error_file", "startup_differs", "rank_value_differs")
 _KEYS = {
     "kind",
     "level",
