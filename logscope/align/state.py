@@ -24,7 +24,9 @@ PROGRESS_KINDS = frozenset(
     {"iteration", "progress", "progress_bar", "throughput", "train_start", "benchmark_row", "training_metrics"}
 )
 # Lines that say a rank's training loop finished.
-END_KINDS = frozenset({"training_time", "train_final", "final_checksum", "run_completed", "env_closed"})
+END_KINDS = frozenset(
+    {"training_time", "train_final", "final_checksum", "run_completed", "env_closed", "elastic_worker_succeeded"}
+)
 # Lines a launcher prints about a worker (torchrun's agent, srun, DeepSpeed's launcher, mp.spawn's parent): not
 # the worker's own output, though they name its rank.
 AGENT_KINDS = frozenset(

@@ -335,9 +335,30 @@ DISTRIBUTED_KINDS = (
 )
 
 
+def _processes_all_rank0(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One identity line per process (told apart by pid and host) when several processes list themselves and every
+    one of them is rank 0: they never joined one world (nccl-tests built without MPI, a launcher that set no RANK)."""
+    claims: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in events:
+        pid = e["_f"].get("pid")
+        if e["kind"] == "rank_identity" and pid is not None:
+            if _int_field(e, "rank") != 0:
+                return []
+            claims.setdefault((str(pid), str(e["_f"].get("host"))), e)
+    return list(claims.values()) if len(claims) > 1 else []
+
+
 @check("single_rank")
 def single_rank(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
     """The job ran one rank: world size 1 reported where more were launched or asked for, or by a distributed job."""
+    rank0_only = _processes_all_rank0(events)
+    if rank0_only:
+        return Hit(
+            rank0_only[:4],
+            {0},
+            culprits=[],
+            values={"why_one": f"{len(rank0_only)} processes each call themselves rank 0: each ran a world of its own"},
+        )
     sizes = [
         (e, int(str(ctx.field(e, "world_size")))) for e in events if str(ctx.field(e, "world_size") or "").isdigit()
     ]
