@@ -649,6 +649,8 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
     if waiting and elsewhere:
         culprits = sorted(elsewhere)  # its peers wait in a collective it is not in
     evidence = [d.header for d in dumps][:4] + evidence
+    # A process that waits in a collective its framework calls to sync the initial parameters hangs at that sync.
+    at_sync = [d for d in dumps if d.collective and d.sync_function]
     # Whole per-rank streams that stop are a hang, and so is a log beside a live process's stack dump; an excerpt
     # that stops may only have been cut there.
     whole = (bool(stopped) and all(ctx.states[r].complete for r in stopped)) or bool(dumps)
@@ -657,7 +659,7 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
     if not ctx.rows:
         factor *= 0.7
     last_it = {r: s.last_iteration for r, s in ctx.states.items() if s.last_iteration is not None}
-    return Hit(
+    hit = Hit(
         evidence[:8],
         set(stopped),
         culprits=culprits,
@@ -670,6 +672,9 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
             "dumps": _dumps_text(dumps),
         },
     )
+    if at_sync:
+        hit.category = "missing_sync"
+    return hit
 
 
 # Where a dumped process waits for its peers: torch.distributed's collectives, the store barrier, NCCL's calls.
@@ -702,6 +707,21 @@ WAIT_FUNCTIONS = frozenset(
 )
 
 
+# Functions that sync a model's initial parameters from rank 0 before training: torch DDP's constructor
+# (torch/distributed/utils.py, distributed.py), FSDP's, DeepSpeed's engine, rsl_rl's PPO and skrl's Model.
+SYNC_FUNCTIONS = frozenset(
+    {
+        "_sync_module_states",
+        "_sync_params_and_buffers",
+        "_verify_param_shape_across_processes",
+        "_verify_model_across_ranks",
+        "_sync_module_params_and_buffers",
+        "_broadcast_model",
+        "broadcast_parameters",
+    }
+)
+
+
 @dataclass
 class StackDump:
     """One process's stack dump: where its threads were when a debugger or py-spy looked."""
@@ -715,6 +735,12 @@ class StackDump:
     @property
     def collective(self) -> str | None:
         return next((fn for fn in self.functions if fn in WAIT_FUNCTIONS), None)
+
+    @property
+    def sync_function(self) -> str | None:
+        """The framework's initial parameter sync this process is in (DDP's constructor, DeepSpeed's engine,
+        rsl_rl's and skrl's broadcast_parameters), if it is in one."""
+        return next((fn for fn in self.functions if fn in SYNC_FUNCTIONS), None)
 
     @property
     def innermost(self) -> str | None:
@@ -790,7 +816,8 @@ def _dumps_text(dumps: list[StackDump]) -> str:
     for d in dumps[:8]:
         who = f"rank {d.rank}" if d.rank is not None else f"pid {d.pid}" if d.pid is not None else "a process"
         where = d.collective or d.innermost or "no frame shown"
-        parts.append(f"{who} waits in {where}" if d.collective else f"{who} is in {where}")
+        sync = f" under {d.sync_function}, the initial parameter sync" if d.collective and d.sync_function else ""
+        parts.append(f"{who} waits in {where}{sync}" if d.collective else f"{who} is in {where}")
     return " Stack dumps of the live processes: " + "; ".join(parts) + "."
 
 
