@@ -12,7 +12,7 @@ from logscope.errors import InputError
 from logscope.events.helper import Helper
 from logscope.ingest.flight_recorder import in_folder
 from logscope.ingest.normalise import log_records
-from logscope.ingest.sources import Inventory, discover
+from logscope.ingest.sources import READ_ERRORS, Inventory, discover
 from logscope.ingest.textshape import is_program_output
 from logscope.model import SCHEMA_ID, Analysis
 
@@ -84,7 +84,7 @@ def _analyze(
     extraction.rows += startup_differences(read.sources, openers)
     extraction.rows += rank_value_differences(read.sources, openers)
     aligned = align(extraction, read.sources, read.stats)
-    aligned.flight = from_dumps(inventory.dumps, inventory.tar_archives, aligned)
+    aligned.flight = from_dumps(inventory.dumps, aligned)  # tar members were found while read
     if not looks_like_a_log(aligned.rows) and not _log_shaped(inventory):
         raise InputError(
             f"nothing that looks like a training or launcher log in {path}: no line of torchrun, torch.distributed, "
@@ -135,7 +135,7 @@ def _log_shaped(inventory: Inventory) -> bool:
         try:
             with opener() as handle:
                 head = handle.read(SHAPE_BYTES)
-        except OSError:
+        except READ_ERRORS:
             continue
         lines = head.decode("utf-8", errors="replace").splitlines()
         records += log_records(lines)

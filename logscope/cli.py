@@ -7,6 +7,7 @@ import os
 import signal
 import stat
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -70,6 +71,10 @@ def analyze(
         ),
     ] = "error",
     with_replay: Annotated[Path | None, typer.Option("--with-replay", help="Replay result JSON to embed")] = None,
+    flight_recorder: Annotated[
+        Path | None,
+        typer.Option("--flight-recorder", help="Folder of Flight Recorder dumps (nccl_trace_rank_<N>, any prefix)"),
+    ] = None,
     follow_symlinks: Annotated[
         bool, typer.Option("--follow-symlinks", help="Follow symlinks inside the input")
     ] = False,
@@ -92,7 +97,11 @@ def analyze(
     try:
         plan = plan_outputs(path, formats, output or [], allow_output_in_input, format_for_path)
         analysis = _run_with_progress(
-            run_analysis, path, rules or [], follow_symlinks, quiet or bool(plan.stdout_format != "text")
+            partial(run_analysis, flight_recorder=flight_recorder),
+            path,
+            rules or [],
+            follow_symlinks,
+            quiet or bool(plan.stdout_format != "text"),
         )
         if with_replay is not None:
             from logscope.replay.command import load_replay

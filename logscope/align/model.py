@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from logscope.align.flight import FlightReport
 from logscope.align.state import Completion, RankState
 from logscope.ingest.read import SourceStats
 from logscope.ingest.sources import Source
@@ -24,6 +25,7 @@ class Aligned:
     notes: list[str] = field(default_factory=list)
     states: dict[int, RankState] = field(default_factory=dict)  # per-rank state model (align/state.py)
     completion: Completion | None = None  # whether the logs prove the run finished (align/state.py)
+    flight: FlightReport | None = None  # Flight Recorder dumps matched across ranks (align/flight.py)
 
     def rank_rows(self) -> list[dict[str, Any]]:
         return self.ranks.to_dicts()

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from logscope.events.extract import Extractor
 from logscope.ingest.normalise import normalise
-from logscope.ingest.sources import Source
+from logscope.ingest.sources import READ_ERRORS, Source
 
 KIND = "rank_value_differs"
 HEAD_BYTES = 256 * 1024
@@ -77,7 +77,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
         try:
             with openers[src.path]() as handle:
                 head = handle.read(HEAD_BYTES).decode("utf-8", errors="replace").splitlines()
-        except OSError:
+        except READ_ERRORS:
             continue
         for n, raw in enumerate(head, 1):
             line = normalise(raw)

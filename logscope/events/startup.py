@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from logscope.events.extract import Extractor
 from logscope.ingest.normalise import normalise
-from logscope.ingest.sources import Source
+from logscope.ingest.sources import READ_ERRORS, Source
 
 KIND = "startup_differs"
 # A rank's start-up: its first lines, up to this many, read from the first bytes of its stdout.
@@ -56,7 +56,7 @@ def startup_differences(sources: list[Source], openers: dict[str, Callable[[], I
         try:
             with openers[src.path]() as handle:
                 head = handle.read(HEAD_BYTES).decode("utf-8", errors="replace").splitlines()[:HEAD_LINES]
-        except OSError:
+        except READ_ERRORS:
             continue
         lines = [(n, raw, t) for n, raw in enumerate(head, 1) if (t := _template(raw)) is not None]
         if lines:

@@ -100,7 +100,7 @@ class Reader:
             except Exception as exc:  # corrupt archive members raise zipfile/zlib errors
                 yield src, None, f"{type(exc).__name__}: {exc}"
         for archive, prefix in self.inventory.tar_archives:
-            for src, handle in iter_tar(archive, prefix, self.inventory.notes):
+            for src, handle in iter_tar(archive, prefix, self.inventory.notes, self.inventory.dumps):
                 yield src, handle, None
                 # Stop before the stream moves on: reaching the next member inflates the rest of this one.
                 if prefix[:-1] in self.exhausted:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import os
 import re
 import stat
 import tarfile
 import zipfile
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import IO, cast
 
 from logscope.errors import InputError
+from logscope.ingest import flight_recorder
 
 # <run_id>_<rand>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}  (torch_logs.md §1.2)
 _RANK_FILE = re.compile(
@@ -25,6 +28,9 @@ _ATTEMPT_DIR = re.compile(r"attempt_\d+")
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr", ".console")
 _ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar", ".gz")
 _NOT_LOGS = {"label.yaml", "scenario.yaml"}
+# What opening or reading a source can raise on a damaged input (a cut gzip stream, a corrupt zip member): a reader
+# that only looks at a source's head skips it on these.
+READ_ERRORS = (OSError, EOFError, zipfile.BadZipFile, zlib.error)
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class Inventory:
     sources: list[tuple[Source, Callable[[], IO[bytes]]]] = field(default_factory=list)
     tar_archives: list[tuple[Path, str]] = field(default_factory=list)  # streamed member by member when read
     notes: list[str] = field(default_factory=list)
+    dumps: list[flight_recorder.DumpFile] = field(default_factory=list)  # Flight Recorder dumps: data, not logs
 
 
 def classify(member: str, size: int | None, prefix: str = "") -> Source | None:
@@ -61,7 +68,7 @@ def classify(member: str, size: int | None, prefix: str = "") -> Source | None:
         run_dir = member[: m.start()].strip("/") or "."
         role = {"stdout.log": "stdout", "stderr.log": "stderr", "error.json": "error_json"}[m["name"]]
         return Source(shown, role, size, prefix + run_dir, int(m["attempt"]), int(m["lrank"]), archive)
-    if name in _NOT_LOGS or name.startswith("."):
+    if name in _NOT_LOGS or name.startswith(".") or flight_recorder.DEFAULT_NAME.fullmatch(name):
         return None
     lower = name.lower()
     if lower.endswith(_LOG_SUFFIXES) or "." not in name:
@@ -117,10 +124,20 @@ def _add_archive(inv: Inventory, path: Path, shown: str) -> None:
     try:
         if lower.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
+                files = [info for info in zf.infolist() if not info.is_dir()]
+                dumps = {
+                    info.filename
+                    for info in files
+                    if flight_recorder.is_dump(info.filename, flight_recorder.zip_opener(path, info.filename))
+                }
+                inv.dumps += [
+                    flight_recorder.DumpFile(prefix + name, flight_recorder.zip_opener(path, name))
+                    for name in sorted(dumps)
+                ]
                 found = [
                     (src, info)
-                    for info in zf.infolist()
-                    if not info.is_dir()
+                    for info in files
+                    if info.filename not in dumps
                     if (src := classify(info.filename, info.file_size, prefix)) is not None
                 ]
             members = _ZipMembers(path, len(found))
@@ -135,18 +152,30 @@ def _add_archive(inv: Inventory, path: Path, shown: str) -> None:
         inv.notes.append(f"{shown}: not a readable archive ({exc})")
 
 
-def iter_tar(archive: Path, prefix: str, notes: list[str]) -> Iterator[tuple[Source, IO[bytes]]]:
-    """Tar members in archive order, streamed (a .tar.gz cannot be read out of order cheaply)."""
+def iter_tar(
+    archive: Path, prefix: str, notes: list[str], dumps: list[flight_recorder.DumpFile]
+) -> Iterator[tuple[Source, IO[bytes]]]:
+    """Tar members in archive order, streamed (a .tar.gz cannot be read out of order cheaply). Flight Recorder
+    dumps met on the way go to `dumps` (read now: the stream does not come back)."""
     try:
         with tarfile.open(archive, mode="r|*") as tar:
             for member in tar:
                 if not member.isfile():
                     continue
                 src = classify(member.name, member.size, prefix)
-                if src is None:
+                candidate = flight_recorder.is_candidate(member.name)
+                if src is None and not candidate:
                     continue
                 handle = tar.extractfile(member)
-                if handle is not None:
+                if handle is None:
+                    continue
+                if candidate:
+                    head = cast(io.BufferedReader, handle).peek(flight_recorder.SNIFF_BYTES)  # peeking reads nothing
+                    if flight_recorder.is_dump_head(member.name, head):
+                        data = handle.read(flight_recorder.MAX_DUMP_BYTES + 1)
+                        dumps.append(flight_recorder.DumpFile(prefix + member.name, flight_recorder.bytes_opener(data)))
+                        continue
+                if src is not None:
                     yield src, handle
     except (tarfile.TarError, OSError, EOFError, zipfile.BadZipFile) as exc:
         notes.append(f"{prefix.rstrip('!')}: archive truncated or corrupt ({exc}); read what came before")
@@ -223,6 +252,9 @@ def discover(path: Path, follow_symlinks: bool = False) -> Inventory:
                 continue
             if _is_archive(name):
                 _add_archive(inv, Path(full), rel)
+                continue
+            if flight_recorder.is_dump(name, _file_opener(full)):
+                inv.dumps.append(flight_recorder.DumpFile(rel, _file_opener(full)))
                 continue
             found = classify(rel, st_file.st_size)
             if found is not None:

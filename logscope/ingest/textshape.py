@@ -17,7 +17,7 @@ _JOB_WORD = re.compile(
     r"(?i)(?<![a-z])(?:rank|world[_ ]?size|local[_ ]?rank|gpus?|cuda|npu|xpu|nccl|gloo|mpi|torch|tensor|epochs?|"
     r"iter(?:ation)?s?|steps?|loss|lr|batch(?:es)?|train(?:ing)?|worker|process(?:es)?|node|device|"
     r"dist(?:ributed)?|barrier|all_?reduce|all_?gather|broadcast|reduce_?scatter|grad(?:ient)?s?|reward|"
-    r"accuracy|eval(?:uation)?|checkpoint|model|optimi[sz]er)(?![a-z])"
+    r"accuracy|eval\w*|checkpoint|model|optimi[sz]er)(?![a-z])"
 )
 _VALUE = re.compile(r"\d")
 # Markdown (headings, fences, rules and table rows, list items, links, HTML tags), configuration (TOML/INI

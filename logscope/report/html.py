@@ -24,6 +24,7 @@ from markupsafe import Markup
 
 from logscope.events.table import PHASES
 from logscope.model import Analysis
+from logscope.report import flight
 from logscope.report.nodes import node_labels
 from logscope.rules.docs import rule_doc
 from logscope.verdict.calibration import calibration_sentence
@@ -220,6 +221,7 @@ def _view(analysis: Analysis) -> dict[str, Any]:
         "rank_view_rows": MAX_ROWS_PER_RANK_VIEW,
         "rank_views_elided": max(0, len(_all_lane_keys(events)) - len(view_keys)),
         "replay": _replay_view(diagnosis.get("replay")),
+        "flight_recorder": flight.html_view(diagnosis.get("flight_recorder")),
         "notes": _notes_view(list(diagnosis.get("notes") or []) + list(analysis.notes)),
         "phases": PHASES,
     }

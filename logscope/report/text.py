@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from logscope.model import Analysis
+from logscope.report import flight
 from logscope.report.github import printable
 from logscope.report.nodes import node_labels
 from logscope.verdict.calibration import calibration_sentence
@@ -66,6 +67,8 @@ def render(analysis: Analysis, width: int = 110, color: bool = False) -> str:
         console.print(table)
         if len(d["ranks"]) > len(shown):
             console.print(f"… {len(d['ranks']) - len(shown)} more ranks (see --format json or html)")
+    if d.get("flight_recorder"):
+        _flight_recorder(console, d["flight_recorder"])
     if d["findings"]:
         console.print("\n[bold]findings[/]")
         for f in d["findings"]:
@@ -80,6 +83,20 @@ def render(analysis: Analysis, width: int = 110, color: bool = False) -> str:
     for note in d.get("notes", [])[:10]:
         console.print(f"[dim]note: {_text(note)}[/]")
     return buf.getvalue()
+
+
+def _flight_recorder(console: Console, fr: dict[str, object]) -> None:
+    """The Flight Recorder dumps: the collective that hung, then each rank's last entries beside its logs."""
+    console.print(f"\n[bold]Flight Recorder[/]  {len(fr.get('dumps') or [])} dump(s)")  # type: ignore[arg-type]
+    hung = flight.hang_text(fr)
+    if hung:
+        console.print(f"  {_text(hung)}")
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("rank", "dump", f"last {flight.TEXT_ENTRIES} (SeqNum op state)", "pg enq/start/done", "logs"):
+        table.add_column(col)
+    for row in flight.rank_rows(fr, flight.TEXT_ENTRIES)[:64]:
+        table.add_row(*(_text(row[k]) for k in ("rank", "dump", "collectives", "pg", "logs")))
+    console.print(table)
 
 
 def clip(text: str, limit: int) -> str:
