@@ -34,6 +34,9 @@ WORLD_SIZE_KINDS = IDENTITY_KINDS
 OWN_RANK_KINDS = IDENTITY_KINDS | {"sync_start"}
 # Kinds whose lines name the rank they are about, and the field that holds it (signatures.yaml `names_rank`).
 NAMES_RANK = {s.kind: s.names_rank for s in catalogue().signatures if s.names_rank}
+# NCCL's record prefix ("node:2134736:2285781 [0] ...": host, pid, thread, device) and its proxy thread's own rank.
+_NCCL_RECORD = regex.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] ")
+_PROXY_RANK = regex.compile(r"\[Proxy Service (\d+)\]")
 # Torch's uninitialised "last completed" values (torch_logs.md §3.3) are absurd; treat them as unknown.
 MAX_SANE_SEQ = 1 << 40
 
@@ -595,8 +598,36 @@ class _Builder:
                 entry["status"] = "hidden"
             entry["visible"] = entry["status"] == "visible"
 
+    def nccl_process_ranks(self) -> None:
+        """NCCL prefixes its records with "host:pid:tid [dev]": every line of one process is that process's rank's.
+        A process's rank comes from its lines that already have one, from its world communicator's "comm 0x.. rank
+        R nranks N" line, or else from its proxy thread's "[Proxy Service R]"; its unranked lines then get it."""
+        world = max((_int(r["_f"].get("nranks")) or 0 for r in self.rows if r["kind"] == "nccl_comm_init"), default=0)
+        known: dict[tuple[str, str], set[int]] = defaultdict(set)
+        proxies: dict[tuple[str, str], set[int]] = defaultdict(set)
+        unranked: list[tuple[tuple[str, str], dict[str, Any]]] = []
+        for row in self.rows:
+            m = _NCCL_RECORD.match(row["text"])
+            if m is None:
+                continue
+            process = (m["host"], m["pid"])
+            f = row["_f"]
+            if row["rank"] is not None:
+                known[process].add(row["rank"])
+            elif row["kind"] == "nccl_comm_init" and world and _int(f.get("nranks")) == world:
+                known[process].add(int(f["comm_rank"]))
+            else:
+                if (p := _PROXY_RANK.search(row["text"])) is not None:
+                    proxies[process].add(int(p[1]))
+                unranked.append((process, row))
+        for process, row in unranked:
+            ranks = known.get(process) or proxies.get(process) or set()
+            if len(ranks) == 1:
+                row["rank"] = next(iter(ranks))
+
     def build(self) -> Aligned:
         self.resolve_ranks()
+        self.nccl_process_ranks()
         self.drop_tee_copies()
         self.assign_attempts()
         self.child_failures()
