@@ -48,6 +48,11 @@ _SRUN_LABEL = re.compile(r"\d{1,5}: (?=\S)")
 _HOST_LABEL = re.compile(r"(?!rank\d)(?:localhost|[a-z][a-z0-9-]*\d[a-z0-9-]*)(?:\.[a-z0-9-]+)*: (?=\S)")
 # A paste quoted in Markdown ("> Traceback ...").
 _QUOTE = re.compile(r">+ ?")
+# What may stand before a Markdown quote: stamps and labels added around a process's whole output (a CI viewer's,
+# a launcher's, a fan-out tool's). After a logger's prefix a ">" is the message's own.
+_BEFORE_QUOTE = frozenset(
+    {"ci_timestamp", "tee", "rank", "glued", "mpi_tag", "torchx", "ray", "srun_label", "host_label"}
+)
 _PY_19 = re.compile(r"\[(?P<lvl>[A-Z]+)\] (?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d),\d{3} \w+: ")
 _KIT = re.compile(
     r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)Z? \[[\d,]+ms\] "
@@ -198,7 +203,7 @@ def normalise(raw: str) -> Line:
             line.ts_text = m["ts"]
             line.ts = _epoch(m["ts"][:10], m["ts"][11:19])
             prefixes.append("ci_timestamp")
-        elif text.startswith(">") and not prefixes and (m := _QUOTE.match(text)) is not None:
+        elif text.startswith(">") and set(prefixes) <= _BEFORE_QUOTE and (m := _QUOTE.match(text)) is not None:
             prefixes.append("quote")
         elif text[:1] == " " and (m := _VIEWER_NO.match(text)) is not None and not prefixes:
             prefixes.append("viewer_line_number")

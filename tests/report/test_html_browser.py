@@ -292,3 +292,22 @@ def test_severity_filter_hides_findings(browser: Browser, tmp_path: Path) -> Non
     page.locator(f"input[data-severity-filter='{severity}']").check()
     assert findings.first.is_visible()
     browser.close(page)
+
+
+def test_flight_recorder_section_shows_each_ranks_last_collectives(browser: Browser, tmp_path: Path) -> None:
+    tree = RUNS.parents[1] / "flight_recorder" / "gloo_straggler_no_dump_ws4"  # rank 2 left no dump
+    analysis = analyze(tree)
+    fr = analysis.diagnosis["flight_recorder"]
+    report = tmp_path / "fr.html"
+    report.write_text(html.render(analysis), encoding="utf-8")
+    page = browser.open(report)
+    page.locator('nav a[href="#flight-recorder"]').click()
+    table = page.get_by_test_id("fr-ranks")
+    assert table.is_visible()
+    rows = table.locator("tbody tr")
+    assert rows.count() == analysis.diagnosis["job"]["world_size"] == 4
+    assert "no dump" in rows.nth(2).inner_text()  # the straggler's row says so instead of vanishing
+    assert "SeqNum 6" in page.get_by_test_id("fr-hang").inner_text()
+    assert fr is not None
+    _screenshot(page, tmp_path, "report-flight-recorder.png")
+    browser.close(page)
