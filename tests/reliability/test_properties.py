@@ -166,3 +166,20 @@ def test_extraction_never_raises_and_keeps_intact_events(seed: int, built: list[
         if not REAL_KINDS[real] <= found[pos]
     }
     assert lost == {}
+
+
+def test_every_real_event_line_keeps_its_events_under_any_two_wraps() -> None:
+    """The deterministic companion of the test above: every real event line, wrapped twice in each pair of the
+    ways real logs wrap a message (a launcher's prefix, a CI stamp, a colour, a redrawn progress bar before or
+    after it), keeps every event it has bare. Random seeds find a case now and then; this finds them all."""
+    wraps = (
+        lambda line: line if normalise(line).tee_role is not None else "[default3]:[rank3]:" + line,
+        lambda line: "2024-05-19T12:48:07.9061039Z " + line,
+        lambda line: "\x1b[38;5;208m" + line + "\x1b[0m",
+        lambda line: "step 12%|##  \r" + line,
+        lambda line: line + "\rstep 13%|##  ",
+    )
+    wrapped = [(real, outer(inner(REAL[real]))) for real in EVENT_LINES for inner in wraps for outer in wraps]
+    found = kinds_per_line([line for _, line in wrapped])
+    lost = {repr(line): sorted(REAL_KINDS[real] - kinds) for (real, line), kinds in zip(wrapped, found, strict=True)}
+    assert {line: kinds for line, kinds in lost.items() if kinds} == {}
