@@ -67,6 +67,7 @@ def _analyze(
     from logscope.events.parallel import extract
     from logscope.events.rank_values import rank_value_differences
     from logscope.events.startup import startup_differences
+    from logscope.rules.docs import rule_doc
     from logscope.rules.engine import evaluate
     from logscope.rules.loader import load_rules
     from logscope.verdict.decide import decide
@@ -117,7 +118,13 @@ def _analyze(
         "replay": None,
         "flight_recorder": to_json(aligned.flight) if aligned.flight is not None else None,
     }
-    return Analysis(diagnosis=diagnosis, events=aligned.events, ranks=aligned.ranks, notes=aligned.notes)
+    return Analysis(
+        diagnosis=diagnosis,
+        events=aligned.events,
+        ranks=aligned.ranks,
+        notes=aligned.notes,
+        rule_docs={rule.id: rule_doc(rule) for rule in rules},
+    )
 
 
 # Read from each source's start when no line was recognised, to tell a log in an unknown format from other text.

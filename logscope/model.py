@@ -34,9 +34,12 @@ class Analysis:
     diagnosis: the `logscope/diagnosis/v1` document (docs/schema/diagnosis-v1.json), JSON-ready.
     events:    the aligned event table (`logscope.events.table.EVENT_SCHEMA` columns), one row per recognised line.
     ranks:     one row per rank (the same facts as diagnosis["ranks"], as a polars table).
+    rule_docs: the documentation of the rules the analysis ran (built-in and --rules), by rule id: reporters read
+               it from here, so a user's rules are documented in HTML and SARIF like the built-in ones.
     """
 
     diagnosis: dict[str, Any]
     events: pl.DataFrame
     ranks: pl.DataFrame
     notes: list[str] = field(default_factory=list)
+    rule_docs: dict[str, dict[str, Any]] = field(default_factory=dict)

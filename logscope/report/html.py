@@ -26,7 +26,6 @@ from logscope.events.table import PHASES
 from logscope.model import Analysis
 from logscope.report import flight
 from logscope.report.nodes import node_labels
-from logscope.rules.docs import rule_doc
 from logscope.verdict.calibration import calibration_sentence
 
 # Size bounds: the page shows evidence windows and samples, never whole logs.
@@ -201,7 +200,7 @@ def _view(analysis: Analysis) -> dict[str, Any]:
     view_keys = _rank_view_keys(events, timeline, culprits, findings)
     anchors = {key: _anchor(key) for key in view_keys}
     cited = _cited_lines(events, findings)
-    docs = {rule: rule_doc(rule) for rule in {str(f["rule"]) for f in findings if f.get("rule")}}
+    docs = {rule: analysis.rule_docs.get(rule) for rule in {str(f["rule"]) for f in findings if f.get("rule")}}
     for lane in timeline.lanes:
         lane.anchor = anchors.get(lane.key)
 

@@ -13,7 +13,6 @@ from urllib.parse import quote
 
 from logscope import __version__
 from logscope.model import Analysis
-from logscope.rules.docs import rule_doc
 
 SARIF_SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 
@@ -39,7 +38,10 @@ def sarif_log(analysis: Analysis) -> dict[str, Any]:
             "driver": {
                 "name": "logscope",
                 "version": diagnosis.get("logscope_version") or __version__,
-                "rules": [_rule_descriptor(rule_id, first_finding[rule_id]) for rule_id in rule_ids],
+                "rules": [
+                    _rule_descriptor(rule_id, first_finding[rule_id], analysis.rule_docs.get(rule_id) or {})
+                    for rule_id in rule_ids
+                ],
             }
         },
         "originalUriBaseIds": {
@@ -56,8 +58,8 @@ def sarif_log(analysis: Analysis) -> dict[str, Any]:
     return {"$schema": SARIF_SCHEMA_URI, "version": "2.1.0", "runs": [run]}
 
 
-def _rule_descriptor(rule_id: str, example_finding: dict[str, Any]) -> dict[str, Any]:
-    doc = rule_doc(rule_id) or {}  # None for a rule from a --rules folder: the finding describes it
+def _rule_descriptor(rule_id: str, example_finding: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    """A SARIF rule from the rule's docs; a rule without docs (an Analysis built by hand) from its finding."""
     title = doc.get("title") or example_finding["title"]
     what = doc.get("what") or example_finding["message"]
     help_parts = [part for part in (doc.get("why"), doc.get("example")) if part]

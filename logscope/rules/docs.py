@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from logscope.rules.loader import Rule, load_rules
 
 
-@lru_cache(maxsize=1)
-def _builtin() -> tuple[Rule, ...]:
-    return tuple(load_rules())
-
-
-def rule_doc(rule_id: str) -> dict[str, Any] | None:
-    for rule in _builtin():
-        if rule.id == rule_id:
-            return {
-                "id": rule.id,
-                "title": rule.title,
-                "what": rule.why["what"],
-                "why": rule.why["why"],
-                "example": rule.why["example"],
-                "category": rule.category,
-                "severity": rule.severity,
-                "next_step": rule.next_step["id"],
-                "references": list(rule.references),
-            }
-    return None
+def rule_doc(rule: Rule) -> dict[str, Any]:
+    """What a reporter shows of a rule: its title, What / Why / Example, category, severity, next step."""
+    return {
+        "id": rule.id,
+        "title": rule.title,
+        "what": rule.why["what"],
+        "why": rule.why["why"],
+        "example": rule.why["example"],
+        "category": rule.category,
+        "severity": rule.severity,
+        "next_step": rule.next_step["id"],
+        "references": list(rule.references),
+    }
 
 
 def rule_markdown(rule: Rule) -> str:

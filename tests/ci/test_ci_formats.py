@@ -20,8 +20,7 @@ import xmlschema
 
 from logscope.analysis import analyze
 from logscope.model import Analysis
-from logscope.report import github, junit, sarif
-from logscope.rules.docs import rule_doc
+from logscope.report import github, html, junit, sarif
 
 REPO = Path(__file__).resolve().parents[2]
 REAL_RUNS = REPO / "fixtures" / "real" / "runs"
@@ -106,13 +105,29 @@ def test_sarif_locations_point_at_the_evidence_lines_in_the_log_files(analysed: 
 
 def test_sarif_rule_descriptors_use_the_rule_docs_when_the_rules_have_them(analysed: Analysed) -> None:
     for case in with_findings(analysed):
-        for rule in json.loads(sarif.render(analysed(case)))["runs"][0]["tool"]["driver"]["rules"]:
-            doc = rule_doc(rule["id"])
-            assert doc is not None, rule["id"]  # every rule that fires on the fixtures is a built-in one
+        analysis = analysed(case)
+        for rule in json.loads(sarif.render(analysis))["runs"][0]["tool"]["driver"]["rules"]:
+            doc = analysis.rule_docs.get(rule["id"])
+            assert doc is not None, rule["id"]  # every rule that fired was one the analysis ran
             assert rule["shortDescription"]["text"] == doc["title"]
             assert rule["fullDescription"]["text"] == doc["what"]
             if doc.get("why"):
                 assert doc["why"] in rule["help"]["text"]
+
+
+def test_a_users_rule_is_documented_in_sarif_and_html_like_a_built_in_one(tmp_path: Path) -> None:
+    # A copy of LS951 under a team's own id, given with --rules: its What / Why come from its file, not the pack.
+    rule = (REPO / "rules/LS951_single_rank.yaml").read_text().replace("id: LS951", "id: TEAM951")
+    rule = rule.replace("title: The job ran a single rank", "title: Our job ran one rank")
+    rule = rule.replace("Nothing fails, so nobody notices", "Our nightly gate would not notice")
+    (tmp_path / "team.yaml").write_text(rule)
+    analysis = analyze(REAL_RUNS / "20_silent_single_rank_nproc1", rules_dirs=[tmp_path])
+    assert "TEAM951" in {f["rule"] for f in analysis.diagnosis["findings"]}
+    rules = json.loads(sarif.render(analysis))["runs"][0]["tool"]["driver"]["rules"]
+    (descriptor,) = [r for r in rules if r["id"] == "TEAM951"]
+    assert descriptor["shortDescription"]["text"] == "Our job ran one rank"
+    assert "Our nightly gate would not notice" in descriptor["help"]["text"]  # the rule file's `why`
+    assert "Our nightly gate would not notice" in html.render(analysis)
 
 
 def test_sarif_describes_a_rule_without_docs_from_its_finding(analysed: Analysed) -> None:
