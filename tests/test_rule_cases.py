@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from logscope.rules.loader import load_rules
-from logscope.rules.testing import run_case
+from logscope.rules.testing import run_case, run_example
 
 RULES = load_rules()
 CASES = [
@@ -20,6 +20,17 @@ CASES = [
 def test_rule_case(rule, kind, case) -> None:
     result = run_case(rule, kind, case)
     assert result.ok, f"{rule.id} {kind} {case['path']}: {result.why}"
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_rule_example_fires_its_rule(rule) -> None:
+    result = run_example(rule)
+    assert result.ok, f"{rule.id} example: {result.why}"
+
+
+def test_only_rules_that_read_no_plain_log_show_an_example_they_do_not_run() -> None:
+    shown_only = sorted(r.id for r in RULES if r.why.get("example_runs") is False)
+    assert shown_only == ["LS219", "LS220", "LS304", "LS406"]  # dump files; per-rank files of a torchrun tree
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])

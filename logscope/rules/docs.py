@@ -31,6 +31,7 @@ def rule_markdown(rule: Rule) -> str:
         f"**What it detects.** {rule.why['what'].strip()}\n\n"
         f"**Why it matters.** {rule.why['why'].strip()}\n\n"
         f"**Example.**\n\n```\n{rule.why['example'].rstrip()}\n```\n"
+        + (f"\n*Shown, not run: {rule.why['example_note']}.*\n" if rule.why.get("example_runs") is False else "")
         + (f"\n**References.**\n\n{refs}\n" if refs else "")
     )
 

@@ -38,7 +38,7 @@ class Rule:
     culprit: str
     culprit_fields: tuple[str, ...]
     message: str
-    why: dict[str, str]
+    why: dict[str, Any]  # what, why, example (str); example_runs (bool) and example_note where it cannot run
     next_step: dict[str, str]
     references: tuple[str, ...]
     tests: dict[str, list[dict[str, Any]]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -18,7 +19,7 @@ PACKAGED_CASES = BUILTIN_RULES / "cases"
 @dataclass
 class CaseResult:
     rule: str
-    kind: str  # positive | negative
+    kind: str  # positive | negative | example
     path: str
     ok: bool
     why: str = ""
@@ -54,10 +55,32 @@ def run_case(rule: Rule, kind: str, case: dict[str, object]) -> CaseResult:
     return CaseResult(rule.id, kind, path, True)
 
 
+def run_example(rule: Rule) -> CaseResult:
+    """The rule's documented example, analysed as a log of its own, fires the rule (Semgrep's annotated examples);
+    a rule whose example cannot run alone says why (why.example_runs: false, why.example_note)."""
+    from logscope.analysis import analyze
+    from logscope.errors import LogscopeError
+
+    if rule.why.get("example_runs") is False:
+        note = str(rule.why.get("example_note") or "")
+        return CaseResult(rule.id, "example", "why.example", bool(note), "shown, not run: " + (note or "no note"))
+    with tempfile.TemporaryDirectory(prefix="logscope-example-") as folder:
+        log = Path(folder) / "example.log"
+        log.write_text(rule.why["example"], encoding="utf-8")
+        try:
+            fired = {f["rule"] for f in analyze(log).diagnosis["findings"]}
+        except LogscopeError as exc:
+            return CaseResult(rule.id, "example", "why.example", False, str(exc))
+    if rule.id in fired:
+        return CaseResult(rule.id, "example", "why.example", True)
+    return CaseResult(rule.id, "example", "why.example", False, f"rule did not fire (fired: {sorted(fired)})")
+
+
 def run_rule_tests(extra: list[Path] | None = None) -> list[CaseResult]:
     results = []
     for rule in load_rules(extra or []):
         for kind in ("positive", "negative"):
             for case in rule.tests.get(kind, []):
                 results.append(run_case(rule, kind, case))
+        results.append(run_example(rule))
     return results
