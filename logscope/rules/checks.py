@@ -382,10 +382,16 @@ def single_rank(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: 
             values={"why_one": f"torchrun was asked for {requested} processes but the job saw world_size=1"},
         )
     seen = [int(e["_f"]["devices"]) for e in ctx.by_kind.get("device_count", []) if e["_f"].get("devices")]
+    # Lightning's "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [1,2]": the GPUs that one process was given.
+    seen += [
+        len([d for d in str(e["_f"]["visible_devices"]).split(",") if d.strip()])
+        for e in ctx.by_kind.get("lightning_devices", [])
+        if e["_f"].get("visible_devices")
+    ]
     if seen and max(seen) > 1:
         devices = max(seen)
         return Hit(
-            evidence + ctx.by_kind["device_count"][:2],
+            evidence + (ctx.by_kind.get("device_count") or ctx.by_kind.get("lightning_devices", []))[:2],
             {0},
             culprits=[],
             values={"why_one": f"the job sees {devices} GPUs but ran with world_size=1"},
