@@ -43,7 +43,12 @@ def _fail(command: str, error: LogscopeError) -> typer.Exit:
 
 
 def scan_command(
-    folder: Annotated[Path, typer.Argument(help="Folder of runs: each subfolder or archive is one run.")],
+    folder: Annotated[
+        str,
+        typer.Argument(
+            help="Folder of runs (each subfolder or archive is one run): a path or an fsspec URL (s3://, gs://, file://)."
+        ),
+    ],
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write the table of runs here (.parquet or .csv).")
     ] = None,
@@ -52,11 +57,22 @@ def scan_command(
     ] = None,
     jobs: Annotated[
         int | None,
-        typer.Option("--jobs", "-j", min=1, help="Worker processes (default: 2, or 1 on one core)."),
+        typer.Option("--jobs", "-j", min=1, help="Worker processes (default: 2, or 1 on one core); not with --ray."),
+    ] = None,
+    ray: Annotated[
+        bool, typer.Option("--ray", help="Run the analyses as Ray tasks (fleet extra; docs/fleet.md).")
+    ] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="Ray cluster to use (auto, ray://head:10001, host:6379); implies --ray."),
+    ] = None,
+    storage_option: Annotated[
+        list[str] | None,
+        typer.Option("--storage-option", help="key=value for the URL's fsspec filesystem (repeatable)."),
     ] = None,
 ) -> None:
     """Analyse many runs (CI history) in parallel: which failures recur, on which nodes/GPUs, since when."""
-    from logscope.compare import scan  # imports polars: not on every start of the command line
+    from logscope.compare import fleet, scan  # import polars: not on every start of the command line
     from logscope.rules.loader import load_rules
 
     stderr = Console(stderr=True)
@@ -65,7 +81,10 @@ def scan_command(
             scan.check_table_path(out)
         rules_dirs = [*(rules or [])]
         load_rules(rules_dirs)  # a bad rule file is a tool error (exit 2), not an error on every run
-        runs = scan.discover_runs(folder)
+        if jobs is not None and (ray or ray_address):
+            raise LogscopeError("--jobs sizes the local pool of processes; with --ray, Ray uses the cluster's CPUs")
+        plan = fleet.plan_scan(folder, fleet.parse_storage_options(storage_option or []))
+        runs = plan.runs
         if not runs:
             raise LogscopeError(f"{folder}: no runs found (no subfolders or archives)")
         workers = min(jobs or 2, os.cpu_count() or 1)
@@ -83,7 +102,10 @@ def scan_command(
             def advance(row: dict[str, Any]) -> None:
                 progress.update(task, advance=1, last=f"{row['run']}: {row['verdict'] or 'unreadable'}")
 
-            table = scan.scan_runs(runs, rules_dirs, advance, max_workers=workers)
+            if ray or ray_address:
+                table = fleet.scan_with_ray(runs, rules_dirs, advance, plan.worker, address=ray_address)
+            else:
+                table = scan.scan_runs(runs, rules_dirs, advance, plan.worker, max_workers=workers)
         if out is not None:
             scan.write_table(table, out)
     except LogscopeError as exc:

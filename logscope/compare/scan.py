@@ -3,7 +3,8 @@
 Which entries are runs: every immediate subfolder or archive of DIR. A subfolder that holds only folders and
 archives, none of them part of a torchrun log tree (`attempt_N` folders, or a rendezvous folder holding them),
 is a group of runs (`nightly/2026-12-01/run_a`), and its entries are runs in turn. Loose files at the top of
-DIR (an index, a previous scan's table) are not runs.
+DIR (an index, a previous scan's table) are not runs. The same rules apply to a folder in object storage
+(logscope.compare.fleet), whose listing is walked through the `TreeNode` interface that `Path` already has.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import multiprocessing
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import polars as pl
 import regex
@@ -35,6 +36,7 @@ ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar", ".gz")
 ATTEMPT_DIR = regex.compile(r"attempt_\d+")
 MAX_GROUP_DEPTH = 8
 SEVERITY_ORDER = ("info", "note", "warning", "error", "critical")
+WORKER_DIED = "the worker process analysing this run died (out of memory?)"
 
 # One row per run. List columns hold ranks, nodes, GPUs and rule ids; CSV output joins them with ";".
 RUN_SCHEMA: dict[str, pl.DataType] = {
@@ -59,52 +61,94 @@ RUN_SCHEMA: dict[str, pl.DataType] = {
 LIST_COLUMNS = [name for name, dtype in RUN_SCHEMA.items() if isinstance(dtype, pl.List)]
 
 
+class TreeNode(Protocol):
+    """A folder or file that discovery walks: a local `Path`, or an entry of an object-store listing."""
+
+    @property
+    def name(self) -> str: ...
+
+    def is_dir(self) -> bool: ...
+
+    def is_file(self) -> bool: ...
+
+    def is_symlink(self) -> bool: ...
+
+    def iterdir(self: NodeT) -> Iterator[NodeT]: ...
+
+
+NodeT = TypeVar("NodeT", bound=TreeNode)
+
+
+class ScanEntry(Protocol):
+    """One run to analyse: a `RunEntry` here, or a run in object storage (`fleet.RemoteRun`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def blank_row(self) -> dict[str, Any]: ...
+
+
+EntryT = TypeVar("EntryT", bound=ScanEntry)
+
+
 @dataclass(frozen=True)
 class RunEntry:
     name: str  # relative to the scanned folder, with "/" separators
     path: Path
 
+    def blank_row(self) -> dict[str, Any]:
+        return blank_row(self.name, str(self.path), newest_mtime(self.path))
 
-def is_archive(path: Path) -> bool:
+
+def is_archive(path: TreeNode) -> bool:
     return path.name.lower().endswith(ARCHIVE_SUFFIXES)
 
 
 def discover_runs(root: Path) -> list[RunEntry]:
     if not root.is_dir():
         raise InputError(f"{root}: not a folder (scan takes a folder of runs)")
-    runs: list[RunEntry] = []
-    _collect(root, root, runs, depth=0)
+    return [RunEntry(name, path) for name, path in find_runs(root)]
+
+
+def find_runs(root: NodeT) -> list[tuple[str, NodeT]]:
+    """The runs under `root`, each with its name relative to it ("/" separators)."""
+    runs: list[tuple[str, NodeT]] = []
+    _collect(root, "", runs, depth=0)
     return runs
 
 
-def _children(folder: Path) -> list[Path]:
+def _children(folder: NodeT) -> list[NodeT]:
     try:
-        return sorted(child for child in folder.iterdir() if not child.name.startswith("."))
+        return sorted((child for child in folder.iterdir() if not child.name.startswith(".")), key=_name)
     except OSError as exc:
         raise InputError(f"{folder}: cannot list the folder: {exc.strerror or exc}") from None
 
 
-def _collect(root: Path, folder: Path, runs: list[RunEntry], depth: int) -> None:
+def _name(node: TreeNode) -> str:
+    return node.name
+
+
+def _collect(folder: NodeT, prefix: str, runs: list[tuple[str, NodeT]], depth: int) -> None:
     for child in _children(folder):
         if child.is_symlink():
             continue  # a link may point back up the tree; runs are real folders and files
         if child.is_dir():
             if depth < MAX_GROUP_DEPTH and _is_group(child):
-                _collect(root, child, runs, depth + 1)
+                _collect(child, f"{prefix}{child.name}/", runs, depth + 1)
             else:
-                runs.append(RunEntry(child.relative_to(root).as_posix(), child))
+                runs.append((prefix + child.name, child))
         elif child.is_file() and is_archive(child):
-            runs.append(RunEntry(child.relative_to(root).as_posix(), child))
+            runs.append((prefix + child.name, child))
 
 
-def _is_torchrun_dir(folder: Path) -> bool:
+def _is_torchrun_dir(folder: TreeNode) -> bool:
     """An `attempt_N` folder, or torchrun's per-run folder (`<run_id>_<random>`) that holds them."""
     if ATTEMPT_DIR.fullmatch(folder.name):
         return True
     return any(child.is_dir() and ATTEMPT_DIR.fullmatch(child.name) for child in _children(folder))
 
 
-def _is_group(folder: Path) -> bool:
+def _is_group(folder: TreeNode) -> bool:
     children = _children(folder)
     if not children:
         return False  # an empty folder is a run with nothing in it: recorded as unreadable
@@ -130,9 +174,10 @@ def newest_mtime(path: Path) -> datetime | None:
     return datetime.fromtimestamp(stamp, tz=timezone.utc)
 
 
-def _empty_row(entry: RunEntry) -> dict[str, Any]:
+def blank_row(name: str, path: str, mtime: datetime | None) -> dict[str, Any]:
+    """A run's row before (or without) its analysis."""
     row: dict[str, Any] = dict.fromkeys(RUN_SCHEMA)
-    row.update(run=entry.name, path=str(entry.path), mtime=newest_mtime(entry.path))
+    row.update(run=name, path=path, mtime=mtime)
     for column in LIST_COLUMNS:
         row[column] = []
     return row
@@ -140,9 +185,13 @@ def _empty_row(entry: RunEntry) -> dict[str, Any]:
 
 def analyse_run(entry: RunEntry, rules_dirs: list[Path]) -> dict[str, Any]:
     """One table row for one run (runs in a worker process, so it returns plain data, not the Analysis)."""
-    row = _empty_row(entry)
+    return analysed_row(entry.blank_row(), entry.path, rules_dirs)
+
+
+def analysed_row(row: dict[str, Any], path: Path, rules_dirs: list[Path]) -> dict[str, Any]:
+    """`row` completed with the analysis of the run at `path` (or with why it could not be analysed)."""
     try:
-        analysis = analyze(entry.path, rules_dirs=rules_dirs)
+        analysis = analyze(path, rules_dirs=rules_dirs)
     except LogscopeError as exc:
         row["error"] = str(exc)
         return row
@@ -219,11 +268,11 @@ def bus_ids(analysis: Analysis, failing: Iterable[int]) -> list[str]:
 
 
 def scan_runs(
-    runs: list[RunEntry],
+    runs: Sequence[EntryT],
     rules_dirs: list[Path],
     on_done: Callable[[dict[str, Any]], None],
+    worker: Callable[[EntryT, list[Path]], dict[str, Any]],
     max_workers: int | None = None,
-    worker: Callable[[RunEntry, list[Path]], dict[str, Any]] = analyse_run,
 ) -> pl.DataFrame:
     """Analyse every run in a bounded pool of processes; a worker that dies costs its run, not the scan.
 
@@ -237,7 +286,7 @@ def scan_runs(
     pending = list(runs)
     round_workers = workers
     while pending:
-        lost: list[RunEntry] = []
+        lost: list[EntryT] = []
         with ProcessPoolExecutor(max_workers=round_workers, mp_context=context) as pool:
             futures = [(pool.submit(worker, entry, rules_dirs), entry) for entry in pending]
             for future, entry in futures:
@@ -250,14 +299,19 @@ def scan_runs(
                 on_done(row)
         if lost and round_workers == 1:
             # one worker runs the runs in order: the first one lost is the one whose worker died
-            row = _empty_row(lost.pop(0))
-            row["error"] = "the worker process analysing this run died (out of memory?)"
+            row = lost.pop(0).blank_row()
+            row["error"] = WORKER_DIED
             rows.append(row)
             on_done(row)
             round_workers = workers
         elif lost:
             round_workers = 1
         pending = lost
+    return runs_table(runs, rows)
+
+
+def runs_table(runs: Sequence[ScanEntry], rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """The rows in the order of discovery, whichever order the workers finished them in."""
     order = {entry.name: index for index, entry in enumerate(runs)}
     rows.sort(key=lambda row: order[row["run"]])
     return pl.DataFrame(rows, schema=RUN_SCHEMA, orient="row") if rows else pl.DataFrame(schema=RUN_SCHEMA)

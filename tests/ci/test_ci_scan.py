@@ -67,7 +67,11 @@ def _tar(source: Path, target: Path) -> None:
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> History:
-    root = tmp_path_factory.mktemp("history")
+    return build_history(tmp_path_factory.mktemp("history"))
+
+
+def build_history(root: Path) -> History:
+    """The CI history in `root` (also scanned from object storage by test_fleet_s3.py)."""
     sources: dict[str, Path] = {}
     stamps: dict[str, int] = {}
     for index, source in enumerate(FOLDER_RUNS):
