@@ -8,11 +8,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from logscope import __version__
-from logscope.errors import InputError
+from logscope.errors import READ_ERRORS, InputError
 from logscope.events.helper import Helper
 from logscope.ingest.flight_recorder import in_folder
 from logscope.ingest.normalise import log_records
-from logscope.ingest.sources import READ_ERRORS, Inventory, discover
+from logscope.ingest.sources import Inventory, discover
 from logscope.ingest.textshape import is_program_output
 from logscope.model import SCHEMA_ID, Analysis
 

@@ -16,9 +16,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import IO, Any
 
+from logscope.errors import READ_ERRORS
 from logscope.events.extract import Extractor
 from logscope.ingest.normalise import normalise
-from logscope.ingest.sources import READ_ERRORS, Source
+from logscope.ingest.sources import Source
 
 KIND = "rank_value_differs"
 HEAD_BYTES = 256 * 1024
@@ -80,6 +81,10 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
         except READ_ERRORS:
             continue
         for n, raw in enumerate(head, 1):
+            # Most lines name no rank: skip them before normalising (a colour code could split the word, so a
+            # line with one is always normalised).
+            if "\x1b" not in raw and "rank" not in raw.lower():
+                continue
             line = normalise(raw)
             facets = _facets(line.text)
             if facets is None:

@@ -14,9 +14,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import IO, Any
 
+from logscope.errors import READ_ERRORS
 from logscope.events.extract import Extractor
 from logscope.ingest.normalise import normalise
-from logscope.ingest.sources import READ_ERRORS, Source
+from logscope.ingest.sources import Source
 
 KIND = "startup_differs"
 # A rank's start-up: its first lines, up to this many, read from the first bytes of its stdout.

@@ -16,13 +16,12 @@ import os
 import pickletools
 import re
 import zipfile
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
-from logscope.errors import InputError
+from logscope.errors import READ_ERRORS, InputError
 
 # The name torch gives a dump by default; with another TORCH_FR_DUMP_TEMP_FILE prefix, any name ending in the
 # rank is a candidate and its first bytes decide.
@@ -136,7 +135,7 @@ def is_dump(name: str, open_file: Callable[[], IO[bytes]]) -> bool:
     try:
         with open_file() as handle:
             return is_dump_head(name, handle.read(SNIFF_BYTES))
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error):
+    except READ_ERRORS:
         return False
 
 
@@ -196,7 +195,7 @@ def read_dumps(files: list[DumpFile]) -> FlightRecorderRead:
         except RefusedDump as exc:
             out.notes.append(f"{shown}: Flight Recorder dump refused: {exc}")
             continue
-        except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        except READ_ERRORS as exc:
             out.notes.append(f"{shown}: Flight Recorder dump unreadable ({exc})")
             continue
         if cut:

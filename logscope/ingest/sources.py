@@ -10,7 +10,6 @@ import re
 import stat
 import tarfile
 import zipfile
-import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,9 +27,6 @@ _ATTEMPT_DIR = re.compile(r"attempt_\d+")
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr", ".console")
 _ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar", ".gz")
 _NOT_LOGS = {"label.yaml", "scenario.yaml"}
-# What opening or reading a source can raise on a damaged input (a cut gzip stream, a corrupt zip member): a reader
-# that only looks at a source's head skips it on these.
-READ_ERRORS = (OSError, EOFError, zipfile.BadZipFile, zlib.error)
 
 
 @dataclass(frozen=True)
