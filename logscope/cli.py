@@ -228,7 +228,15 @@ def version() -> None:
     typer.echo(__version__)
 
 
-def _register_extra() -> None:
+# Commands whose modules cost a tenth of a second to import (polars tables, torch probing): registered only when
+# the command line may need them, so that `analyze` of a small run pays nothing for them.
+CORE_COMMANDS = frozenset({"analyze", "version", "rules"})
+
+
+def _register_extra(argv: list[str]) -> None:
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in CORE_COMMANDS:
+        return
     from logscope.compare.command import register as register_compare
     from logscope.replay.command import register as register_replay
 
@@ -238,7 +246,7 @@ def _register_extra() -> None:
 
 def main() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    _register_extra()
+    _register_extra(sys.argv[1:])
     try:
         app()
     except KeyboardInterrupt:

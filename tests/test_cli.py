@@ -144,6 +144,33 @@ def test_version_flag_and_help_list_every_choice() -> None:
     assert "info, note, warning, error, critical" in words
 
 
+# What `analyze` of a small run to text must not import: each costs tens of milliseconds at every start
+# (benchmarks/startup.py), and none is needed for it.
+NOT_FOR_A_TEXT_REPORT = ("pydantic", "jinja2", "torch", "logscope.compare", "logscope.replay", "logscope.report.html")
+
+
+def test_a_text_report_of_a_small_run_imports_only_what_it_needs() -> None:
+    code = (
+        "import contextlib, io, sys\n"
+        f"sys.argv = ['logscope', 'analyze', {FAILING!r}]\n"
+        "from logscope.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main()\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({NOT_FOR_A_TEXT_REPORT!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_commands_registered_on_demand_still_run_and_are_listed_in_help() -> None:
+    env = {**os.environ, "COLUMNS": "100", "TERM": "dumb"}
+    helped = subprocess.run([sys.executable, "-m", "logscope", "--help"], capture_output=True, text=True, env=env)
+    assert {"analyze", "scan", "diff", "replay", "rules", "version"} <= set(helped.stdout.replace("│", " ").split())
+    diffed = run("diff", HEALTHY, FAILING)
+    assert diffed.returncode in (0, 1) and "Traceback" not in diffed.stderr and diffed.stdout.strip()
+
+
 def test_rules_show_renders_on_a_terminal_and_is_markdown_when_piped() -> None:
     import pty
 
