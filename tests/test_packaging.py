@@ -17,7 +17,12 @@ REPO = Path(__file__).resolve().parents[1]
 def test_packages_listed_in_pyproject_are_the_package_folders() -> None:
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     folders = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "logscope").rglob("__init__.py")}
-    data = {".".join(p.relative_to(REPO).parts) for p in (REPO / "logscope").rglob("templates") if p.is_dir()}
+    data = {
+        ".".join(d.relative_to(REPO).parts)
+        for p in (REPO / "logscope").rglob("templates")
+        for d in (p, *p.rglob("*"))
+        if d.is_dir() and d.name != "__pycache__"
+    }
     assert listed == folders | data | {"logscope.rulepack"}
 
 
@@ -58,6 +63,7 @@ def test_wheel_ships_every_rule_file_and_the_data_files(wheel: Path) -> None:
         "logscope/events/signatures.yaml",
         "logscope/rules/schema.json",
         "logscope/report/templates/report.html.j2",
+        "logscope/report/templates/sections/verdict.html.j2",
     ):
         assert data in names
 

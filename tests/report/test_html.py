@@ -18,6 +18,9 @@ from logscope.analysis import analyze
 from logscope.events.table import empty_events
 from logscope.model import Analysis
 from logscope.report import html
+from logscope.report.html import findings as html_findings
+from logscope.report.html import ranks as html_ranks
+from logscope.report.html import text as html_text
 
 RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "real" / "runs"
 STALL = RUNS / "03_skip_allreduce_rank1_stall_gloo_timeout"
@@ -105,7 +108,7 @@ def test_verdict_comes_first_with_category_culprit_and_summary(stall: Analysis, 
     sections = [a.get("id") for t, a in stall_page.tags if t == "section"]
     assert sections[0] == "verdict"
     assert stall_page.text_of(data_testid="category") == verdict["category"].replace("_", " ")
-    assert stall_page.text_of(data_testid="culprit") == html.ranks_label(verdict["culprit_ranks"])
+    assert stall_page.text_of(data_testid="culprit") == html_text.ranks_label(verdict["culprit_ranks"])
     assert stall_page.text_of(data_testid="summary") == " ".join(verdict["summary"].split())
 
 
@@ -167,10 +170,10 @@ def test_finding_shows_its_evidence_lines_in_context(stall: Analysis, stall_page
     findings = stall_page.find(lambda t, a: t == "details" and "finding" in a.get("class", "").split())
     assert len(findings) == len(stall.diagnosis["findings"])
     for finding, shown in zip(stall.diagnosis["findings"], findings, strict=True):
-        for evidence in finding["evidence"][: html.MAX_EVIDENCE_PER_FINDING]:
+        for evidence in finding["evidence"][: html_findings.MAX_EVIDENCE_PER_FINDING]:
             assert f"{evidence['path']}:{evidence['line']}" in shown[2]
             for context in evidence.get("context") or []:
-                assert html.clip(context["text"], html.MAX_EVIDENCE_TEXT_CHARS) in shown[2]
+                assert html_text.clip(context["text"], html_findings.MAX_EVIDENCE_TEXT_CHARS) in shown[2]
 
 
 def test_repeated_lines_are_collapsed_across_ranks(stall: Analysis, stall_page: Page) -> None:
@@ -182,10 +185,10 @@ def test_repeated_lines_are_collapsed_across_ranks(stall: Analysis, stall_page: 
     )
     assert shared.height > 0, "both ranks of the stall fixture print the same startup lines"
     rows = [e[2] for e in stall_page.section("repeated").element_text if e[0] == "tr"]
-    for text, ranks in shared.head(html.MAX_REPEATED_GROUPS).iter_rows():
-        matching = [r for r in rows if html.clip(text) in r]
+    for text, ranks in shared.head(html_ranks.MAX_REPEATED_GROUPS).iter_rows():
+        matching = [r for r in rows if html_text.clip(text) in r]
         assert len(matching) == 1, f"one collapsed row for {text!r}"
-        assert f"{html.ranks_label(ranks)} said" in matching[0]
+        assert f"{html_text.ranks_label(ranks)} said" in matching[0]
 
 
 def test_notes_from_the_analysis_are_listed(stall: Analysis) -> None:
@@ -235,9 +238,9 @@ def test_report_size_stays_bounded_for_a_huge_event_table(stall: Analysis) -> No
     assert len(markup.encode()) < 3_000_000
     page = Page(markup)
     views = page.find(lambda t, a: t == "details" and "rank-log" in a.get("class", ""))
-    assert 0 < len(views) <= html.MAX_RANK_VIEWS
+    assert 0 < len(views) <= html_ranks.MAX_RANK_VIEWS
     row_counts = _rows_per_rank_view(markup)
-    assert max(row_counts.values()) <= html.MAX_ROWS_PER_RANK_VIEW
+    assert max(row_counts.values()) <= html_ranks.MAX_ROWS_PER_RANK_VIEW
     assert any("events not shown" in t for t in page.texts), "the page says how many rows it left out"
 
 
@@ -279,16 +282,16 @@ def test_the_one_rank_off_the_majority_is_highlighted() -> None:
 
 
 def test_rank_ranges_are_compact() -> None:
-    assert html.rank_ranges([7, 0, 1, 2, 3]) == "0–3, 7"
-    assert html.rank_ranges([4, 5]) == "4, 5"
-    assert html.rank_ranges([]) == ""
-    assert html.ranks_label([3]) == "rank 3"
-    assert html.ranks_label([1, 2, 3]) == "ranks 1–3"
+    assert html_text.rank_ranges([7, 0, 1, 2, 3]) == "0–3, 7"
+    assert html_text.rank_ranges([4, 5]) == "4, 5"
+    assert html_text.rank_ranges([]) == ""
+    assert html_text.ranks_label([3]) == "rank 3"
+    assert html_text.ranks_label([1, 2, 3]) == "ranks 1–3"
 
 
 def test_long_lines_are_clipped_with_a_count() -> None:
-    assert html.clip("x" * 10, 4) == "xxxx … [6 more chars]"
-    assert html.clip("short", 10) == "short"
+    assert html_text.clip("x" * 10, 4) == "xxxx … [6 more chars]"
+    assert html_text.clip("short", 10) == "short"
 
 
 # ----------------------------------------------------------------------------------------------------

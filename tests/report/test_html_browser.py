@@ -14,6 +14,9 @@ import pytest
 from logscope.analysis import analyze
 from logscope.model import Analysis
 from logscope.report import html
+from logscope.report.html import findings as html_findings
+from logscope.report.html import text as html_text
+from logscope.report.html import timeline as html_timeline
 
 pytestmark = pytest.mark.browser
 
@@ -109,7 +112,7 @@ def test_verdict_culprit_and_finding_evidence_in_the_browser(browser: Browser, t
     verdict = analysis.diagnosis["verdict"]
 
     assert page.get_by_test_id("category").text_content() == verdict["category"].replace("_", " ")
-    assert page.get_by_test_id("culprit").text_content() == html.ranks_label(verdict["culprit_ranks"])
+    assert page.get_by_test_id("culprit").text_content() == html_text.ranks_label(verdict["culprit_ranks"])
     assert page.locator("#verdict").is_visible()
 
     finding = analysis.diagnosis["findings"][0]
@@ -120,7 +123,7 @@ def test_verdict_culprit_and_finding_evidence_in_the_browser(browser: Browser, t
     first.locator("summary").click()
     assert not window.is_visible(), "and its summary folds it"
     first.locator("summary").click()
-    assert html.clip(evidence["text"], html.MAX_EVIDENCE_TEXT_CHARS).strip() in window.inner_text()
+    assert html_text.clip(evidence["text"], html_findings.MAX_EVIDENCE_TEXT_CHARS).strip() in window.inner_text()
     where = first.locator(".where").first.inner_text()
     assert f"{evidence['path']}:{evidence['line']}" in where
 
@@ -141,7 +144,7 @@ def test_one_confidence_and_one_culprit_mark_on_the_page(browser: Browser, tmp_p
     assert shown in header
     marks = page.locator("details.finding .culprit-mark")
     assert marks.count() == 1
-    assert marks.first.inner_text() == f"culprit {html.rank_ranges(verdict['culprit_ranks'])}"
+    assert marks.first.inner_text() == f"culprit {html_text.rank_ranges(verdict['culprit_ranks'])}"
     top = page.locator("details.finding.is-verdict")
     assert f"verdict · {shown} confidence" in top.locator("summary").inner_text()
     others = [
@@ -153,7 +156,7 @@ def test_one_confidence_and_one_culprit_mark_on_the_page(browser: Browser, tmp_p
     other = page.locator("details.finding:not(.is-verdict)", has_text=others[0]["rule"]).first
     assert (
         other.locator(".finding-ranks").inner_text()
-        == f"this finding blames {html.rank_ranges(others[0]['culprit_ranks'])}"
+        == f"this finding blames {html_text.rank_ranges(others[0]['culprit_ranks'])}"
     )
     assert "(this finding)" in other.locator("summary").inner_text()
     assert other.get_attribute("open") is None, "only the verdict's finding starts open"
@@ -184,8 +187,8 @@ def test_a_late_failing_collective_keeps_its_label_inside_the_plot(
     browser: Browser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The marker can sit at the plot's right end (a collective logged in the fail phase); its label then ends there."""
-    place = html._collective_x
-    monkeypatch.setattr(html, "_collective_x", lambda placed, coll: None if place(placed, coll) is None else 1070.0)
+    place = html_timeline.collective_mark_x
+    monkeypatch.setattr(html_timeline, "collective_mark_x", lambda placed, coll: None if place(placed, coll) is None else 1070.0)
     page = browser.open(_write_report(MISMATCH, tmp_path / "late.html"))
     assert page.locator("svg.lanes .coll-label").count() == 1
     assert _text_outside_the_plot(page) == []
