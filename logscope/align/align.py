@@ -15,8 +15,10 @@ from typing import Any
 import polars as pl
 import regex
 
+from logscope.align.job import job_facts
 from logscope.align.model import RANK_SCHEMA, Aligned
 from logscope.align.state import AGENT_KINDS, EARLY_PHASES, build_states, completion
+from logscope.align.values import int_list, int_or_none
 from logscope.events.catalogue import catalogue
 from logscope.events.extract import Extraction
 from logscope.events.table import events_frame
@@ -37,6 +39,8 @@ NAMES_RANK = {s.kind: s.names_rank for s in catalogue().signatures if s.names_ra
 # NCCL's record prefix ("node:2134736:2285781 [0] ...": host, pid, thread, device) and its proxy thread's own rank.
 _NCCL_RECORD = regex.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] ")
 _PROXY_RANK = regex.compile(r"\[Proxy Service (\d+)\]")
+# A source and, in a console with tee prefixes, the local rank a line is prefixed with.
+Stream = tuple[int, int | None]
 # Torch's uninitialised "last completed" values (torch_logs.md §3.3) are absurd; treat them as unknown.
 MAX_SANE_SEQ = 1 << 40
 
@@ -48,18 +52,6 @@ def signal_name(exit_code: int | None) -> str | None:
         return signal_module.Signals(-exit_code).name
     except ValueError:
         return f"SIG{-exit_code}"
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return None
-
-
-def _int_list(value: Any) -> list[int]:
-    text = str(value or "").strip().strip("[]")
-    return [int(x) for x in text.replace(" ", "").split(",") if x.strip().lstrip("-").isdigit()]
 
 
 def _int_ranges(value: Any) -> list[int]:
@@ -79,6 +71,93 @@ def _blank_rank(rank: int) -> dict[str, Any]:
     return entry
 
 
+def _entry(per: dict[int, dict[str, Any]], rank: int) -> dict[str, Any]:
+    if rank not in per:
+        per[rank] = _blank_rank(rank)
+    return per[rank]
+
+
+def _fold_presence(entry: dict[str, Any], row: dict[str, Any]) -> None:
+    entry["sources"].add(row["source"])
+    if row["kind"] not in AGENT_KINDS:  # torchrun's report about a rank is not a line of the rank's own
+        entry["events"] += 1
+    if row["local_rank"] is not None and entry["local_rank"] is None:
+        entry["local_rank"] = row["local_rank"]
+    if row["attempt"] is not None:
+        entry["attempt"] = max(entry["attempt"] or 0, row["attempt"])
+
+
+def _fold_progress(entry: dict[str, Any], row: dict[str, Any], in_final: bool) -> None:
+    kind = row["kind"]
+    if row["level"] != "benign" and kind not in ("child_failure", "worker_failed"):
+        # Rows come file by file (stdout, then stderr), not in time: "last" is the latest row of the furthest
+        # phase, so an init line at the top of stderr does not follow the "Training time" line.
+        reached = PHASE_ORDER.get(row["phase"], -1)
+        if reached >= entry.get("last_phase", -1):
+            entry["last_kind"], entry["last_text"], entry["last_phase"] = kind, row["text"], reached
+        if in_final:
+            entry["max_phase"] = max(entry["max_phase"], reached)
+    if kind == "iteration" and row["iteration"] is not None and in_final:
+        entry["last_iteration"] = max(entry["last_iteration"] or -1, row["iteration"])
+    if kind in ("training_time", "train_final", "final_checksum") and in_final:
+        entry["ended"] = True
+
+
+def _fold_collectives(entry: dict[str, Any], row: dict[str, Any]) -> None:
+    """The last SeqNum the rank enqueued and completed on the default process group."""
+    kind = row["kind"]
+    if kind in ("nccl_pg_status", "nccl_work_progress", "nccl_dump_signal") and (row["pg"] in (None, "0")):
+        enqueued = int_or_none(row["_f"].get("enqueued"))
+        completed = int_or_none(row["_f"].get("completed"))
+        if enqueued is not None and 0 <= enqueued < MAX_SANE_SEQ:
+            entry["last_seq_enqueued"] = max(entry["last_seq_enqueued"] or -1, enqueued)
+        if completed is not None and 0 <= completed < MAX_SANE_SEQ:
+            entry["last_seq_completed"] = max(entry["last_seq_completed"] or -1, completed)
+    if kind == "collective_fingerprint" and row["seq"] is not None:
+        entry["last_seq_enqueued"] = max(entry["last_seq_enqueued"] or -1, row["seq"])
+
+
+def _fold_identity(entry: dict[str, Any], row: dict[str, Any]) -> None:
+    """Device, bus id, host and declared world size."""
+    kind, f = row["kind"], row["_f"]
+    if kind == "device_assigned" and f.get("device"):
+        entry["device"] = str(f["device"])
+    if kind == "nccl_comm_init":
+        entry["bus_id"] = entry["bus_id"] or f.get("bus_id")
+        entry["host"] = entry["host"] or f.get("host")
+        if f.get("cuda_dev") is not None and entry["device"] is None:
+            entry["device"] = f"cuda:{f['cuda_dev']}"
+    if kind in WORLD_SIZE_KINDS and int_or_none(f.get("world_size")) is not None:
+        entry["world_size"] = int_or_none(f.get("world_size"))
+    if kind == "config_values" and f.get("host") and entry["host"] is None:
+        entry["host"] = str(f["host"])
+
+
+def _fold_exit(entry: dict[str, Any], row: dict[str, Any], in_final: bool) -> None:
+    """The exit code torchrun reports for the rank's last attempt, and whether the rank itself logged an error."""
+    if not in_final:
+        return
+    if row["kind"] == "child_failure":
+        entry["exit_code"] = row["exitcode"]
+        entry["host"] = entry["host"] or row["_f"].get("host")
+    if row["kind"] == "worker_failed" and entry["exit_code"] is None:
+        entry["exit_code"] = row["exitcode"]
+    if row["level"] == "error":
+        entry["failed"] = True
+
+
+def _settle(entry: dict[str, Any]) -> dict[str, Any]:
+    """Exit code 0 for a rank that ended cleanly, its signal, and the phase it reached ("fail" when it failed)."""
+    if entry["exit_code"] is None and entry["ended"] and not entry["failed"]:
+        entry["exit_code"] = 0
+    entry["signal"] = signal_name(entry["exit_code"])
+    if entry["failed"] or (entry["exit_code"] not in (None, 0)):
+        entry["phase"] = "fail"
+    elif entry["max_phase"] >= 0:
+        entry["phase"] = next(p for p, i in PHASE_ORDER.items() if i == entry["max_phase"])
+    return entry
+
+
 class _Builder:
     def __init__(self, extraction: Extraction, sources: list[Source], stats: list[SourceStats]) -> None:
         self.sources = sources
@@ -88,7 +167,7 @@ class _Builder:
         self.contexts = extraction.contexts
 
     # ------------------------------------------------------------------ streams and ranks
-    def stream_of(self, row: dict[str, Any]) -> tuple[int, int | None]:
+    def stream_of(self, row: dict[str, Any]) -> Stream:
         src = self.sources[row["sid"]]
         if src.role == "console":
             return (row["sid"], row["tee_lrank"])
@@ -98,9 +177,27 @@ class _Builder:
         return sorted({s.node for s in self.sources if s.node is not None})
 
     def resolve_ranks(self) -> None:
+        """Every row's global rank: its stream's (by the votes of its lines), its file's, or one its text names."""
         nodes = self.nodes()
-        single_node = len(nodes) <= 1
-        votes: dict[tuple[int, int | None], Counter[int]] = defaultdict(Counter)
+        self.single_node = len(nodes) <= 1
+        votes, self.world_votes = self._rank_votes()
+        # A console without tee prefixes interleaves every rank: its lines carry their own rank or none.
+        stream_rank: dict[Stream, int] = {
+            s: c.most_common(1)[0][0]
+            for s, c in votes.items()
+            if not (self.sources[s[0]].role == "console" and s[1] is None)
+        }
+        # Per-rank files that produced no events still belong to a rank.
+        self.file_rank = self._file_ranks(stream_rank, nodes)
+        for row in self.rows:
+            stream = self.stream_of(row)
+            row["rank"] = self._row_rank(row, stream, stream_rank, nodes)
+            if row["local_rank"] is None and stream[1] is not None:
+                row["local_rank"] = stream[1]
+
+    def _rank_votes(self) -> tuple[dict[Stream, Counter[int]], Counter[int]]:
+        """Per stream, the ranks its lines claim, weighted by how sure each claim is; and the world sizes declared."""
+        votes: dict[Stream, Counter[int]] = defaultdict(Counter)
         world_votes: Counter[int] = Counter()
         for row in self.rows:
             stream = self.stream_of(row)
@@ -108,32 +205,29 @@ class _Builder:
                 votes[stream][row["grank"]] += 3
             f = row["_f"]
             if row["kind"] in IDENTITY_KINDS:
-                rank = _int(f.get("rank"))
+                rank = int_or_none(f.get("rank"))
                 if rank is not None:
                     votes[stream][rank] += 5
             if row["kind"] == "sync_start" and f.get("rank") is not None and stream[1] is not None:
                 votes[stream][int(f["rank"])] += 2
             if row["kind"] in WORLD_SIZE_KINDS:
-                ws = _int(f.get("world_size"))
+                ws = int_or_none(f.get("world_size"))
                 if ws is not None:
                     world_votes[ws] += 1
-        # Rendezvous blocks: group_rank + global_ranks per console, applied to per-rank files of that node only
-        # when there is one node (a console is not tied to a node folder).
+        return votes, world_votes
+
+    def _file_ranks(self, stream_rank: dict[Stream, int], nodes: list[str]) -> dict[tuple[str | None, int | None], int]:
+        """The global rank of every per-rank file of a torchrun tree. Without identity lines: torchrun's rendezvous
+        block (global_ranks, applied only when there is one node: a console is not tied to a node folder), else
+        base(node) + local rank, as torchrun assigns it."""
         rdzv_global: list[int] = []
         for row in self.rows:
             if row["kind"] == "rdzv_field" and row["_f"].get("key") == "global_ranks":
-                rdzv_global = _int_list(row["_f"].get("value"))
-        # A console without tee prefixes interleaves every rank: its lines carry their own rank or none.
-        stream_rank: dict[tuple[int, int | None], int] = {
-            s: c.most_common(1)[0][0]
-            for s, c in votes.items()
-            if not (self.sources[s[0]].role == "console" and s[1] is None)
-        }
-        # Per-rank file streams without identity lines: global = base(node) + local rank, as torchrun assigns it.
+                rdzv_global = int_list(row["_f"].get("value"))
         locals_per_node: dict[str, set[int]] = defaultdict(set)
-        for s in self.sources:
-            if s.node is not None and s.local_rank is not None:
-                locals_per_node[s.node].add(s.local_rank)
+        for src in self.sources:
+            if src.node is not None and src.local_rank is not None:
+                locals_per_node[src.node].add(src.local_rank)
         base: dict[str, int] = {}
         offset = 0
         for node in nodes:
@@ -145,34 +239,29 @@ class _Builder:
                 continue
             stream = (sid, None)
             if stream not in stream_rank:
-                if single_node and rdzv_global and src.local_rank < len(rdzv_global):
+                if self.single_node and rdzv_global and src.local_rank < len(rdzv_global):
                     stream_rank[stream] = rdzv_global[src.local_rank]
                 else:
                     stream_rank[stream] = base[src.node] + src.local_rank
             file_rank[(src.node, src.local_rank)] = stream_rank[stream]
-        # Per-rank files that produced no events still belong to a rank.
-        self.file_rank = file_rank
-        self.single_node = single_node
-        self.world_votes = world_votes
-        for row in self.rows:
-            stream = self.stream_of(row)
-            rank = row["grank"]
-            if rank is None:
-                rank = stream_rank.get(stream)
-            if rank is None and stream[1] is not None and single_node:
-                rank = file_rank.get((nodes[0] if nodes else None, stream[1]), stream[1])
-            if rank is None and row["kind"] in OWN_RANK_KINDS:
-                rank = _int(row["_f"].get("rank"))  # the line names its own rank
-            if rank is None and row["kind"] in ("nccl_watchdog_timeout", "nccl_pg_status"):
-                # Old formats carry only "[Rank N]", the rank in that PG: the global rank for the default PG.
-                pg = row["pg"]
-                if pg in (None, "0"):
-                    rank = _int(row["_f"].get("pg_rank"))
-            if rank is None and (m := _DEFAULT_PG_PREFIX.search(row["text"])):
-                rank = int(m.group(1))  # e.g. a "what():  [PG ID 0 ... Rank 2] ..." abort line, no [rankN]: prefix
-            row["rank"] = rank
-            if row["local_rank"] is None and stream[1] is not None:
-                row["local_rank"] = stream[1]
+        return file_rank
+
+    def _row_rank(
+        self, row: dict[str, Any], stream: Stream, stream_rank: dict[Stream, int], nodes: list[str]
+    ) -> int | None:
+        rank: int | None = row["grank"]
+        if rank is None:
+            rank = stream_rank.get(stream)
+        if rank is None and stream[1] is not None and self.single_node:
+            rank = self.file_rank.get((nodes[0] if nodes else None, stream[1]), stream[1])
+        if rank is None and row["kind"] in OWN_RANK_KINDS:
+            rank = int_or_none(row["_f"].get("rank"))  # the line names its own rank
+        if rank is None and row["kind"] in ("nccl_watchdog_timeout", "nccl_pg_status") and row["pg"] in (None, "0"):
+            # Old formats carry only "[Rank N]", the rank in that PG: the global rank for the default PG.
+            rank = int_or_none(row["_f"].get("pg_rank"))
+        if rank is None and (m := _DEFAULT_PG_PREFIX.search(row["text"])):
+            rank = int(m.group(1))  # e.g. a "what():  [PG ID 0 ... Rank 2] ..." abort line, no [rankN]: prefix
+        return rank
 
     # ------------------------------------------------------------------ duplicates, attempts, phases
     def drop_tee_copies(self) -> None:
@@ -201,7 +290,7 @@ class _Builder:
             if row["attempt"] is not None:
                 continue
             stream = self.stream_of(row)
-            restart = _int(row["_f"].get("restart_count"))
+            restart = int_or_none(row["_f"].get("restart_count"))
             if restart is not None and row["kind"] in ("config_values", "torch_version", "rdzv_field"):
                 current[stream] = restart
             row["attempt"] = current.get(stream)
@@ -291,7 +380,7 @@ class _Builder:
                 section = "root" if str(row["_f"].get("section", "")).startswith("Root") else "other"
             elif kind == "child_failed_entry":  # an excerpt may start below its section header
                 flush()
-                entry = {"idx": _int(row["_f"].get("idx")), "root_cause": section == "root"}
+                entry = {"idx": int_or_none(row["_f"].get("idx")), "root_cause": section == "root"}
                 if section is None:
                     section = "other"
                 entry_row = row
@@ -308,7 +397,7 @@ class _Builder:
                     entry["local_rank"] = int(f["entry_local_rank"])
                 elif "exitcode" in f:
                     entry["exitcode"] = int(f["exitcode"])
-                    entry["pid"] = _int(f.get("pid"))
+                    entry["pid"] = int_or_none(f.get("pid"))
                 elif f.get("key"):
                     entry[str(f["key"])] = f.get("value")
         flush()
@@ -361,7 +450,7 @@ class _Builder:
             field_name = NAMES_RANK.get(row["kind"])
             if field_name is None:
                 continue
-            named = _int(row["_f"].get(field_name))
+            named = int_or_none(row["_f"].get(field_name))
             ranks = _int_ranges(row["_f"].get("ranks"))
             if named is None and len(ranks) == 1:
                 named = ranks[0]
@@ -374,143 +463,16 @@ class _Builder:
         """torchrun's `failed (exitcode: N) local_rank: L` names a local rank of the agent's own node."""
         for row in self.rows:
             if row["kind"] == "worker_failed" and row["rank"] is None:
-                local = _int(row["_f"].get("local_rank"))
+                local = int_or_none(row["_f"].get("local_rank"))
                 if local is not None and self.single_node:
                     row["rank"] = self.file_rank.get((self.nodes()[0] if self.nodes() else None, local), local)
                     row["local_rank"] = local
 
     # ------------------------------------------------------------------ facts
-    def job(self, ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
-        kinds = Counter(r["kind"] for r in self.rows)
-        fields_of = defaultdict(list)
-        for row in self.rows:
-            fields_of[row["kind"]].append(row["_f"])
-        declared = [ws for ws in self.world_votes if ws > 0]
-        world_size: int | None = max(declared) if declared else None
-        rdzv_ws = [_int_list(f.get("value")) for f in fields_of["rdzv_field"] if f.get("key") == "global_world_sizes"]
-        if world_size is None and rdzv_ws and rdzv_ws[-1]:
-            world_size = rdzv_ws[-1][0]
-        if world_size is None:
-            nranks = [_int(f.get("nranks")) for f in fields_of["nccl_comm_init"]]
-            nranks_known = [n for n in nranks if n]
-            if nranks_known:
-                world_size = max(nranks_known)
-        declared_world = world_size is not None
-        if world_size is None and ranks:
-            world_size = max(ranks) + 1  # a lower bound: the highest rank seen
-        requested = None
-        launch = {str(f.get("key")): f.get("value") for f in fields_of["launch_config"]}
-        nproc = _int(launch.get("nproc_per_node"))
-        max_nodes = _int(launch.get("max_nodes"))
-        if nproc:
-            requested = nproc * (max_nodes or 1)
-        nodes = self.nodes()
-        nnodes: int | None = len(nodes) or None
-        group_ws = [_int(f.get("value")) for f in fields_of["rdzv_field"] if f.get("key") == "group_world_size"]
-        if group_ws and group_ws[-1]:
-            nnodes = max(nnodes or 0, group_ws[-1] or 0)
-        if nnodes is None and (world_size is not None or ranks):
-            nnodes = 1 if self.sources and any(s.node for s in self.sources) else None
-        attempts = {r["attempt"] for r in self.rows if r["attempt"] is not None}
-        attempts |= {s.attempt for s in self.sources if s.attempt is not None}
-        backend = None
-        backends = [f.get("backend") for f in fields_of["pg_initialized"] if f.get("backend")]
-        if backends:
-            backend = str(Counter(backends).most_common(1)[0][0])
-        elif any(k.startswith(("nccl_", "pg_nccl")) for k in kinds):
-            backend = "nccl"
-        elif any(k.startswith("gloo_") for k in kinds):
-            backend = "gloo"
-        torch_versions = [f.get("torch_version") for f in fields_of["torch_version"] if f.get("torch_version")]
-        nccl_versions = [
-            f.get("nccl_version")
-            for k in ("nccl_version", "pg_nccl_env", "nccl_error")
-            for f in fields_of[k]
-            if f.get("nccl_version")
-        ]
-        framework = None
-        sync_fields = fields_of["sync_start"]
-        if (
-            any("rl_games" in f for f in sync_fields)
-            or kinds["rl_games_seed"]
-            or any("fps_step" in f for f in fields_of["iteration"])
-        ):
-            framework = "rl_games"
-        elif any("skrl" in f for f in sync_fields) or any(
-            "skrl" in r["text"] for r in self.rows if r["kind"] == "rank_identity"
-        ):
-            framework = "skrl"
-        elif any("rank" in f for f in sync_fields) or any("iteration" in f for f in fields_of["iteration"]):
-            framework = "rsl_rl"
-        per_var: dict[str, dict[str, str]] = defaultdict(dict)
-        for row in self.rows:
-            f = row["_f"]
-            who = "?" if row["rank"] is None else str(row["rank"])
-            if row["kind"] == "nccl_env_set" and f.get("var"):
-                per_var[str(f["var"])][who] = str(f.get("value"))
-            elif row["kind"] == "config_values":
-                for key, value in f.items():
-                    if key.startswith(("NCCL_", "TORCH_NCCL_")):
-                        per_var[key][who] = str(value)
-        # One value when the ranks agree; {rank: value} when they do not (e.g. a per-rank NCCL_HOSTID).
-        nccl_env: dict[str, object] = {
-            var: next(iter(vals.values())) if len(set(vals.values())) == 1 else dict(sorted(vals.items()))
-            for var, vals in sorted(per_var.items())
-        }
-        ended = kinds["worker_group_finished"] > 0 or (
-            bool(ranks) and all(info.get("ended") for info in ranks.values())
-        )
-        # torchrun prints the ChildFailedError table only when it gives up; a failed worker followed by a
-        # restart whose ranks all finished is a recovery, not a failed job.
-        failed = bool(kinds["child_failure"]) or (
-            not ended and any((r["exitcode"] or 0) != 0 for r in self.rows if r["kind"] == "worker_failed")
-        )
-        exit_code = 1 if failed else (0 if ended else None)
-        launcher = (
-            "torchrun"
-            if (
-                nodes
-                or kinds["worker_failed"]
-                or kinds["benign_omp_banner"]
-                or kinds["child_failure"]
-                or kinds["rdzv_timeout"]
-            )
-            else None
-        )
-        return {
-            "world_size": world_size,
-            "nnodes": nnodes,
-            "attempts": max(len(attempts), 1 if self.rows else 0),
-            "backend": backend,
-            "torch_version": str(torch_versions[0]) if torch_versions else None,
-            "nccl_version": str(nccl_versions[0]) if nccl_versions else None,
-            "framework": framework,
-            "exit_code": exit_code,
-            "launcher": launcher,
-            "nccl_env": nccl_env,
-            "requested_world_size": requested,
-            "world_size_declared": declared_world,
-        }
-
     def rank_table(self) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
+        """Each rank's facts from its files and its rows (`_fold_*`), then settled (`_settle`)."""
         per: dict[int, dict[str, Any]] = {}
-
-        def info(rank: int) -> dict[str, Any]:
-            if rank not in per:
-                per[rank] = _blank_rank(rank)
-            return per[rank]
-
-        for (node, local), rank in self.file_rank.items():
-            entry = info(rank)
-            entry["node"], entry["local_rank"] = node, local
-        for sid, src in enumerate(self.sources):
-            if src.node is not None and src.local_rank is not None:
-                rank = self.file_rank[(src.node, src.local_rank)]
-                entry = info(rank)
-                entry["sources"].add(src.path)
-                entry["attempt"] = max(entry["attempt"] or 0, src.attempt or 0)
-                entry.setdefault("lines", 0)
-                entry["lines"] = entry.get("lines", 0) + self.stats[sid].lines
+        self._place_files(per)
         final_attempt: dict[int, int] = {}
         for row in self.rows:
             if row["rank"] is not None and row["attempt"] is not None:
@@ -519,69 +481,26 @@ class _Builder:
             rank = row["rank"]
             if rank is None:
                 continue
-            entry = info(rank)
-            f = row["_f"]
-            kind = row["kind"]
-            entry["sources"].add(row["source"])
-            if kind not in AGENT_KINDS:  # torchrun's report about a rank is not a line of the rank's own
-                entry["events"] += 1
-            if row["local_rank"] is not None and entry["local_rank"] is None:
-                entry["local_rank"] = row["local_rank"]
-            if row["attempt"] is not None:
-                entry["attempt"] = max(entry["attempt"] or 0, row["attempt"])
+            entry = _entry(per, rank)
             in_final = row["attempt"] is None or row["attempt"] >= final_attempt.get(rank, 0)
-            if row["level"] != "benign" and kind not in ("child_failure", "worker_failed"):
-                # Rows come file by file (stdout, then stderr), not in time: "last" is the latest row of the
-                # furthest phase, so an init line at the top of stderr does not follow the "Training time" line.
-                reached = PHASE_ORDER.get(row["phase"], -1)
-                if reached >= entry.get("last_phase", -1):
-                    entry["last_kind"], entry["last_text"], entry["last_phase"] = kind, row["text"], reached
-                if in_final:
-                    entry["max_phase"] = max(entry["max_phase"], PHASE_ORDER.get(row["phase"], -1))
-            if kind == "iteration" and row["iteration"] is not None and in_final:
-                entry["last_iteration"] = max(entry["last_iteration"] or -1, row["iteration"])
-            if kind in ("nccl_pg_status", "nccl_work_progress", "nccl_dump_signal") and (row["pg"] in (None, "0")):
-                enq = _int(f.get("enqueued"))
-                done = _int(f.get("completed"))
-                if enq is not None and 0 <= enq < MAX_SANE_SEQ:
-                    entry["last_seq_enqueued"] = max(entry["last_seq_enqueued"] or -1, enq)
-                if done is not None and 0 <= done < MAX_SANE_SEQ:
-                    entry["last_seq_completed"] = max(entry["last_seq_completed"] or -1, done)
-            if kind == "collective_fingerprint" and row["seq"] is not None:
-                entry["last_seq_enqueued"] = max(entry["last_seq_enqueued"] or -1, row["seq"])
-            if kind == "device_assigned" and f.get("device"):
-                entry["device"] = str(f["device"])
-            if kind == "nccl_comm_init":
-                entry["bus_id"] = entry["bus_id"] or f.get("bus_id")
-                entry["host"] = entry["host"] or f.get("host")
-                if f.get("cuda_dev") is not None and entry["device"] is None:
-                    entry["device"] = f"cuda:{f['cuda_dev']}"
-            if kind in WORLD_SIZE_KINDS and _int(f.get("world_size")) is not None:
-                entry["world_size"] = _int(f.get("world_size"))
-            if kind == "config_values" and f.get("host") and entry["host"] is None:
-                entry["host"] = str(f["host"])
-            if kind == "child_failure" and in_final:
-                entry["exit_code"] = row["exitcode"]
-                entry["host"] = entry["host"] or f.get("host")
-            if kind == "worker_failed" and entry["exit_code"] is None and in_final:
-                entry["exit_code"] = row["exitcode"]
-            if kind in ("training_time", "train_final", "final_checksum") and in_final:
-                entry["ended"] = True
-            if row["level"] == "error" and in_final:
-                entry["failed"] = True
-        rows = []
-        for rank in sorted(per):
-            entry = per[rank]
-            if entry["exit_code"] is None and entry["ended"] and not entry["failed"]:
-                entry["exit_code"] = 0
-            entry["signal"] = signal_name(entry["exit_code"])
-            phase = entry["max_phase"]
-            if entry["failed"] or (entry["exit_code"] not in (None, 0)):
-                entry["phase"] = "fail"
-            elif phase >= 0:
-                entry["phase"] = next(p for p, i in PHASE_ORDER.items() if i == phase)
-            rows.append(entry)
-        return per, rows
+            _fold_presence(entry, row)
+            _fold_progress(entry, row, in_final)
+            _fold_collectives(entry, row)
+            _fold_identity(entry, row)
+            _fold_exit(entry, row, in_final)
+        return per, [_settle(per[rank]) for rank in sorted(per)]
+
+    def _place_files(self, per: dict[int, dict[str, Any]]) -> None:
+        """Node, local rank, files, attempt and line count of every rank with files of its own in a torchrun tree."""
+        for (node, local), rank in self.file_rank.items():
+            entry = _entry(per, rank)
+            entry["node"], entry["local_rank"] = node, local
+        for sid, src in enumerate(self.sources):
+            if src.node is not None and src.local_rank is not None:
+                entry = _entry(per, self.file_rank[(src.node, src.local_rank)])
+                entry["sources"].add(src.path)
+                entry["attempt"] = max(entry["attempt"] or 0, src.attempt or 0)
+                entry["lines"] = entry.get("lines", 0) + self.stats[sid].lines
 
     def hidden_and_silent(self, per: dict[int, dict[str, Any]], world_size: int | None) -> None:
         for rank in range(world_size or 0):
@@ -602,7 +521,8 @@ class _Builder:
         """NCCL prefixes its records with "host:pid:tid [dev]": every line of one process is that process's rank's.
         A process's rank comes from its lines that already have one, from its world communicator's "comm 0x.. rank
         R nranks N" line, or else from its proxy thread's "[Proxy Service R]"; its unranked lines then get it."""
-        world = max((_int(r["_f"].get("nranks")) or 0 for r in self.rows if r["kind"] == "nccl_comm_init"), default=0)
+        inits = (r["_f"] for r in self.rows if r["kind"] == "nccl_comm_init")
+        world = max((int_or_none(f.get("nranks")) or 0 for f in inits), default=0)
         known: dict[tuple[str, str], set[int]] = defaultdict(set)
         proxies: dict[tuple[str, str], set[int]] = defaultdict(set)
         unranked: list[tuple[tuple[str, str], dict[str, Any]]] = []
@@ -614,7 +534,7 @@ class _Builder:
             f = row["_f"]
             if row["rank"] is not None:
                 known[process].add(row["rank"])
-            elif row["kind"] == "nccl_comm_init" and world and _int(f.get("nranks")) == world:
+            elif row["kind"] == "nccl_comm_init" and world and int_or_none(f.get("nranks")) == world:
                 known[process].add(int(f["comm_rank"]))
             else:
                 if (p := _PROXY_RANK.search(row["text"])) is not None:
@@ -638,7 +558,7 @@ class _Builder:
         self.order()
         self.assign_phases()
         per, _ = self.rank_table()
-        job = self.job(per)
+        job = job_facts(self.rows, self.sources, self.world_votes, per)
         self.hidden_and_silent(per, job["world_size"])
         rank_rows = []
         for rank in sorted(per):
