@@ -15,6 +15,7 @@ import typer
 
 from logscope import __version__
 from logscope.errors import LogscopeError, OutputError
+from logscope.vocab import SEVERITY_ORDER
 
 app = typer.Typer(
     add_completion=False,
@@ -42,8 +43,6 @@ def _options(
 
 rules_app = typer.Typer(no_args_is_help=True, help="List, show, lint and test the rules.")
 app.add_typer(rules_app, name="rules")
-
-SEVERITY_ORDER = {"info": 0, "note": 1, "warning": 2, "error": 3, "critical": 4}
 
 
 def _fail(message: str) -> typer.Exit:

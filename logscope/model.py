@@ -5,26 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from logscope.vocab import Category, Severity
+
 if TYPE_CHECKING:  # the command line imports this before polars, which it imports only once a helper is started
     import polars as pl
 
 SCHEMA_ID = "logscope/diagnosis/v1"
 
-CATEGORIES = (
-    "collective_timeout",
-    "collective_mismatch",
-    "config_disagreement",
-    "missing_sync",
-    "comm_error",
-    "rendezvous_failure",
-    "crash",
-    "oom",
-    "stall",
-    "single_rank",
-    "healthy",
-)
-
-SEVERITIES = ("info", "note", "warning", "error", "critical")
+CATEGORIES = tuple(c.value for c in Category)
+SEVERITIES = tuple(s.value for s in Severity)
 
 
 @dataclass

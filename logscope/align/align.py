@@ -24,12 +24,12 @@ from logscope.events.extract import Extraction
 from logscope.events.table import events_frame
 from logscope.ingest.read import SourceStats
 from logscope.ingest.sources import Source
+from logscope.vocab import PHASE_ORDER
 
 # ProcessGroupNCCL's own prefix on a line of the default process group (PG ID 0), whose rank is the global rank:
 # "[PG ID 0 PG GUID 0(default_pg) Rank 2]" (torch >= 2.4), "[PG ID 0 PG GUID 0 Rank 2]".
 _DEFAULT_PG_PREFIX = regex.compile(r"\[PG ID 0 PG GUID \w+(?:\([^()\]]{0,64}\))? Rank (\d+)\]")
 
-PHASE_ORDER = {"launch": 0, "init": 1, "sync": 2, "train": 3, "end": 4, "fail": 5}
 IDENTITY_KINDS = {"config_values", "rank_identity", "pg_initialized", "pg_nccl_options", "lightning_rank"}
 WORLD_SIZE_KINDS = IDENTITY_KINDS
 # Lines that name the rank that prints them (rsl_rl: "Synchronizing parameters for rank 11...").

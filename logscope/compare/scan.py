@@ -31,11 +31,11 @@ from rich.text import Text
 from logscope.analysis import analyze
 from logscope.errors import InputError, LogscopeError, OutputError
 from logscope.model import Analysis
+from logscope.vocab import SEVERITY_ORDER
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar", ".gz")
 ATTEMPT_DIR = regex.compile(r"attempt_\d+")
 MAX_GROUP_DEPTH = 8
-SEVERITY_ORDER = ("info", "note", "warning", "error", "critical")
 WORKER_DIED = "the worker process analysing this run died (out of memory?)"
 
 # One row per run. List columns hold ranks, nodes, GPUs and rule ids; CSV output joins them with ";".
@@ -233,7 +233,7 @@ def run_facts(analysis: Analysis) -> dict[str, Any]:
         "failing_nodes": sorted({nodes[rank] for rank in failing if rank in nodes}),
         "bus_ids": bus_ids(analysis, failing),
         "rules": list(dict.fromkeys(finding["rule"] for finding in findings)),
-        "worst_severity": max(severities, key=SEVERITY_ORDER.index) if severities else None,
+        "worst_severity": max(severities, key=SEVERITY_ORDER.__getitem__) if severities else None,
         "findings": len(findings),
         "summary": verdict["summary"],
         "next_step": verdict["next_step"]["id"],

@@ -6,7 +6,9 @@ from typing import Any
 
 import polars as pl
 
-PHASES = ("launch", "init", "sync", "train", "end", "fail")
+from logscope.vocab import Phase
+
+PHASES = tuple(p.value for p in Phase)
 
 # Columns every event row has. `fields` holds the signature's named captures as JSON; the columns after it are
 # the fields that alignment and rules need typed, promoted out of `fields` when a signature captures them.

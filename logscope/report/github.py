@@ -14,9 +14,9 @@ from typing import Any
 import regex
 
 from logscope.model import Analysis
+from logscope.vocab import SEVERITY_ORDER
 
 COMMANDS = {"critical": "error", "error": "error", "warning": "warning", "note": "notice", "info": "notice"}
-SEVERITY_ORDER = ("info", "note", "warning", "error", "critical")
 
 # ANSI colour/cursor sequences (common in training logs) carry nothing for an annotation.
 ANSI_ESCAPE = regex.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
@@ -80,7 +80,7 @@ def _finding_command(finding: dict[str, Any], base: PurePosixPath) -> str:
 def _verdict_command(diagnosis: dict[str, Any]) -> str:
     verdict: dict[str, Any] = diagnosis["verdict"]
     severities = [finding["severity"] for finding in diagnosis.get("findings", [])]
-    worst = max(severities, key=SEVERITY_ORDER.index) if severities else "info"
+    worst = max(severities, key=SEVERITY_ORDER.__getitem__) if severities else "info"
     name = "notice" if verdict["category"] == "healthy" else COMMANDS.get(worst, "notice")
     step: dict[str, Any] = verdict["next_step"]
     culprits = ", ".join(str(rank) for rank in verdict.get("culprit_ranks", []))
