@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -171,7 +171,7 @@ def newest_mtime(path: Path) -> datetime | None:
             stamp = max(stamps)
     except OSError:
         return None
-    return datetime.fromtimestamp(stamp, tz=timezone.utc)
+    return datetime.fromtimestamp(stamp, tz=UTC)
 
 
 def blank_row(name: str, path: str, mtime: datetime | None) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import re
 import shlex
 import tempfile
 from dataclasses import dataclass, replace
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -50,7 +50,7 @@ _PORT_ATTEMPTS = 3
 _SPLIT_OPS = ("reduce_scatter", "reduce_scatter_base", "all_to_all", "all_to_all_base")
 
 
-class Backend(str, Enum):
+class Backend(StrEnum):
     auto = "auto"
     nccl = "nccl"
     gloo = "gloo"

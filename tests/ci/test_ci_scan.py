@@ -10,7 +10,7 @@ import tarfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +146,7 @@ def test_scan_records_when_each_run_happened(history: History, scanned: tuple[Re
     _, table = scanned
     rows = {row["run"]: row for row in table.iter_rows(named=True)}
     for name, stamp in history.stamps.items():
-        assert rows[name]["mtime"] == datetime.fromtimestamp(stamp, tz=timezone.utc)
+        assert rows[name]["mtime"] == datetime.fromtimestamp(stamp, tz=UTC)
 
 
 def test_scan_summary_names_the_failure_classes_and_when_they_were_seen(
@@ -178,7 +178,7 @@ def test_failure_classes_count_nodes_and_gpus_across_runs(analysed: Callable[[Pa
     printed = re.search(r"both on CUDA device ([0-9a-f]+)", (duplicate_gpu / "console.log").read_text())
     assert printed is not None
     assert facts["bus_ids"] == [printed[1]]  # the log names no host for it
-    stamp = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    stamp = datetime(2026, 12, 1, tzinfo=UTC)
     rows = [
         {
             **dict.fromkeys(scan.RUN_SCHEMA),

@@ -158,7 +158,7 @@ def test_bad_fleet_input_is_one_line_and_exit_2(args: list[str], message: str, c
 
 def test_storage_option_values_are_json_when_they_parse() -> None:
     options = fleet.parse_storage_options(
-        ["endpoint_url=http://127.0.0.1:9000", "anon=true", "client_kwargs={\"region_name\": \"eu\"}", "a=b=c"]
+        ["endpoint_url=http://127.0.0.1:9000", "anon=true", 'client_kwargs={"region_name": "eu"}', "a=b=c"]
     )
     assert options == {
         "endpoint_url": "http://127.0.0.1:9000",

@@ -12,7 +12,7 @@ import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +103,9 @@ class Uploaded:
 @pytest.fixture(scope="module")
 def uploaded(s3: S3, tmp_path_factory: pytest.TempPathFactory) -> Uploaded:
     history = build_history(tmp_path_factory.mktemp("history"))
-    before = datetime.now(timezone.utc).replace(microsecond=0)
+    before = datetime.now(UTC).replace(microsecond=0)
     s3.fs.put(str(history.root), f"{BUCKET}/history", recursive=True)
-    after = datetime.now(timezone.utc) + timedelta(seconds=1)
+    after = datetime.now(UTC) + timedelta(seconds=1)
     return Uploaded(history, f"s3://{BUCKET}/history", before, after)
 
 
@@ -212,9 +212,7 @@ def _fleet_tree(root: Path) -> dict[str, Path]:
 FACTS = [column for column in scan.RUN_SCHEMA if column not in ("run", "path", "mtime")]
 
 
-def test_a_thousand_runs_on_ray_from_s3(
-    s3: S3, local_ray: None, compare_app: typer.Typer, tmp_path: Path
-) -> None:
+def test_a_thousand_runs_on_ray_from_s3(s3: S3, local_ray: None, compare_app: typer.Typer, tmp_path: Path) -> None:
     runs = _fleet_tree(tmp_path / "fleet")
     s3.fs.put(str(tmp_path / "fleet"), f"{BUCKET}/fleet", recursive=True)
     # the local scan of the same runs: every copy of a source in one form (folder, archive) has one row
@@ -261,7 +259,9 @@ def test_a_ray_worker_that_dies_costs_its_own_run_only(local_ray: None, tmp_path
         return scan.analyse_run(entry, rules_dirs)
 
     done: list[str] = []
-    table = fleet.scan_with_ray(scan.discover_runs(tmp_path), [], lambda row: done.append(row["run"]), die_on_marked_runs)
+    table = fleet.scan_with_ray(
+        scan.discover_runs(tmp_path), [], lambda row: done.append(row["run"]), die_on_marked_runs
+    )
     rows = {row["run"]: row for row in table.iter_rows(named=True)}
     assert sorted(done) == ["a", "b", "die"]
     assert rows["die"]["error"] == scan.WORKER_DIED

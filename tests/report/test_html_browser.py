@@ -188,7 +188,9 @@ def test_a_late_failing_collective_keeps_its_label_inside_the_plot(
 ) -> None:
     """The marker can sit at the plot's right end (a collective logged in the fail phase); its label then ends there."""
     place = html_timeline.collective_mark_x
-    monkeypatch.setattr(html_timeline, "collective_mark_x", lambda placed, coll: None if place(placed, coll) is None else 1070.0)
+    monkeypatch.setattr(
+        html_timeline, "collective_mark_x", lambda placed, coll: None if place(placed, coll) is None else 1070.0
+    )
     page = browser.open(_write_report(MISMATCH, tmp_path / "late.html"))
     assert page.locator("svg.lanes .coll-label").count() == 1
     assert _text_outside_the_plot(page) == []
