@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -294,15 +295,17 @@ def scan_with_ray(
 ) -> pl.DataFrame:
     """Analyse every run as one Ray task; Ray schedules them over the cluster's CPUs (no scheduler here).
 
-    Uses the Ray connection the process already has, else `ray.init(address)`: None follows Ray's own rules
-    (RAY_ADDRESS, else the cluster last started on this machine, else a new local one), "auto" joins the
-    cluster this machine is part of, "ray://head:10001" goes through Ray Client.
+    Uses the Ray connection the process already has, else `ray.init(address)`: None means RAY_ADDRESS when it is
+    set, else a new local Ray; "auto" joins the cluster this machine is part of, "ray://head:10001" goes through
+    Ray Client. Ray's own default for None would also try the cluster last started here (/tmp/ray/
+    ray_current_cluster), and a dead one left that file behind: ray.init then waits for it forever.
     """
     ray = _require("ray", "--ray")
     started = not ray.is_initialized()
     if started:
+        target = address or os.environ.get("RAY_ADDRESS") or "local"
         try:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, include_dashboard=False)
+            ray.init(address=target, log_to_driver=False, logging_level=logging.ERROR, include_dashboard=False)
         except Exception as exc:  # ConnectionError, a bad address, a cluster of another Ray version
             where = f" at {address}" if address else ""
             raise LogscopeError(f"cannot start or reach Ray{where}: {_one_line(exc)}") from None

@@ -308,3 +308,32 @@ def test_bad_s3_input_is_one_line_and_exit_2(
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_ray_without_an_address_starts_its_own_despite_a_dead_cluster_left_behind(tmp_path: Path) -> None:
+    """`ray start --head` records its address in <ray tmp>/ray_current_cluster, and the file outlives a cluster that
+    was killed. Ray's default for ray.init() would connect to it and wait forever; `--ray` starts a local Ray."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    # Ray's unix sockets live under its temp dir, whose path must stay short (108 bytes for a socket path)
+    ray_tmp = Path(tempfile.mkdtemp(prefix="lsr", dir="/tmp"))
+    try:
+        (ray_tmp / "ray").mkdir()
+        (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{dead}")
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": str(ray_tmp)}
+        done = subprocess.run(
+            [sys.executable, "-m", "logscope", "scan", str(REAL_RUNS), "--ray", "--out", str(tmp_path / "r.csv")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=240,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert len(pl.read_csv(tmp_path / "r.csv")) == len([p for p in REAL_RUNS.iterdir() if p.is_dir()])
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
