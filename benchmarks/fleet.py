@@ -130,8 +130,8 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, **CREDENTIALS, **RAY_ENV, **(extra or {})}
 
 
-def scan_once(target: str, mode: str, out: Path, env: dict[str, str]) -> float:
-    argv = [sys.executable, "-m", "logscope", "scan", target, "--out", str(out)]
+def scan_once(target: str, options: list[str], mode: str, out: Path, env: dict[str, str]) -> float:
+    argv = [sys.executable, "-m", "logscope", "scan", target, *options, "--out", str(out)]
     argv += {"pool": ["--jobs", "2"], "ray-start": ["--ray"], "ray-cluster": ["--ray-address", "auto"]}[mode]
     started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -157,18 +157,20 @@ def main() -> None:
     try:
         build_history(work / "history", args.runs)
         upload(work / "history", endpoint)
+        # The endpoint travels as a storage option, not an environment variable: a running Ray cluster's workers
+        # do not have the driver's environment (docs/fleet.md).
         targets = {
-            "disk": (str(work / "history"), _env()),
-            "s3": (f"s3://{BUCKET}/history", _env({"AWS_ENDPOINT_URL": endpoint})),
+            "disk": (str(work / "history"), []),
+            "s3": (f"s3://{BUCKET}/history", ["--storage-option", f"endpoint_url={endpoint}"]),
         }
         load_start = os.getloadavg()
         for mode in args.modes:
             head = start_ray_head() if mode == "ray-cluster" else None
             try:
-                for source, (target, env) in targets.items():
+                for source, (target, options) in targets.items():
                     timing = Timing(source, mode, args.runs, [])
                     for _ in range(args.repeat):
-                        timing.seconds.append(scan_once(target, mode, work / "runs.parquet", env))
+                        timing.seconds.append(scan_once(target, options, mode, work / "runs.parquet", _env()))
                     timings.append(timing)
                     each = ", ".join(f"{seconds:.1f}" for seconds in timing.seconds)
                     print(
