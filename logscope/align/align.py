@@ -30,7 +30,14 @@ from logscope.vocab import PHASE_ORDER
 # "[PG ID 0 PG GUID 0(default_pg) Rank 2]" (torch >= 2.4), "[PG ID 0 PG GUID 0 Rank 2]".
 _DEFAULT_PG_PREFIX = regex.compile(r"\[PG ID 0 PG GUID \w+(?:\([^()\]]{0,64}\))? Rank (\d+)\]")
 
-IDENTITY_KINDS = {"config_values", "rank_identity", "pg_initialized", "pg_nccl_options", "lightning_rank"}
+IDENTITY_KINDS = {
+    "config_values",
+    "rank_identity",
+    "pg_initialized",
+    "pg_nccl_options",
+    "lightning_rank",
+    "store_barrier_wait",
+}
 WORLD_SIZE_KINDS = IDENTITY_KINDS
 # Lines that name the rank that prints them (rsl_rl: "Synchronizing parameters for rank 11...").
 OWN_RANK_KINDS = IDENTITY_KINDS | {"sync_start"}
@@ -41,6 +48,8 @@ _NCCL_RECORD = regex.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] ")
 _PROXY_RANK = regex.compile(r"\[Proxy Service (\d+)\]")
 # A source and, in a console with tee prefixes, the local rank a line is prefixed with.
 Stream = tuple[int, int | None]
+# How far after mp.spawn's "-- Process N terminated with the following error:" its child's traceback can reach.
+SPAWN_TRACEBACK_LINES = 200
 # Torch's uninitialised "last completed" values (torch_logs.md §3.3) are absurd; treat them as unknown.
 MAX_SANE_SEQ = 1 << 40
 
@@ -99,7 +108,7 @@ def _fold_progress(entry: dict[str, Any], row: dict[str, Any], in_final: bool) -
             entry["max_phase"] = max(entry["max_phase"], reached)
     if kind == "iteration" and row["iteration"] is not None and in_final:
         entry["last_iteration"] = max(entry["last_iteration"] or -1, row["iteration"])
-    if kind in ("training_time", "train_final", "final_checksum") and in_final:
+    if kind in ("training_time", "training_finished", "train_final", "final_checksum") and in_final:
         entry["ended"] = True
 
 
@@ -459,6 +468,20 @@ class _Builder:
             elif named is not None:
                 row["rank"] = named
 
+    def spawned_tracebacks(self) -> None:
+        """torch.multiprocessing.spawn re-raises a child's exception in the parent as "-- Process N terminated with the
+        following error:" and the child's traceback: that traceback's unranked lines are process N's (the spawn
+        index, which is the rank on one node)."""
+        owner: dict[int, tuple[int, int]] = {}  # source -> (rank, header line)
+        for row in self.rows:
+            sid = row["sid"]
+            if row["kind"] == "process_exit" and row["_f"].get("spawned") and row["rank"] is not None:
+                owner[sid] = (row["rank"], row["line"])
+            elif sid in owner and row["rank"] is None:
+                rank, header = owner[sid]
+                if row["line"] - header <= SPAWN_TRACEBACK_LINES:
+                    row["rank"] = rank
+
     def worker_failed_ranks(self) -> None:
         """torchrun's `failed (exitcode: N) local_rank: L` names a local rank of the agent's own node."""
         for row in self.rows:
@@ -553,6 +576,7 @@ class _Builder:
         self.child_failures()
         self.worker_failed_ranks()
         self.launcher_named_ranks()
+        self.spawned_tracebacks()
         self.propagate_process_groups()
         self.analysis_tool_tracebacks()
         self.order()

@@ -25,7 +25,15 @@ PROGRESS_KINDS = frozenset(
 )
 # Lines that say a rank's training loop finished.
 END_KINDS = frozenset(
-    {"training_time", "train_final", "final_checksum", "run_completed", "env_closed", "elastic_worker_succeeded"}
+    {
+        "training_time",
+        "training_finished",
+        "train_final",
+        "final_checksum",
+        "run_completed",
+        "env_closed",
+        "elastic_worker_succeeded",
+    }
 )
 # Lines a launcher prints about a worker (torchrun's agent, srun, DeepSpeed's launcher, mp.spawn's parent): not
 # the worker's own output, though they name its rank.
@@ -273,6 +281,9 @@ def participating(states: dict[int, RankState]) -> set[int]:
     if not movers:
         return set()
     furthest = max(s.furthest for s in movers)
+    # A rank that finished its training loop needed every peer to the end: a peer that logs progress too, only less
+    # often (every 7th step, say), took part past its last line as well.
+    someone_ended = any(s.ended for s in movers)
     return {
         s.rank
         for s in states.values()
@@ -280,8 +291,7 @@ def participating(states: dict[int, RankState]) -> set[int]:
         and s.first_error is None
         and s.exit_code in TORN_DOWN
         and not s.ended
-        and s.furthest < furthest
-        and s not in movers
+        and ((s.furthest < furthest and s not in movers) or (someone_ended and s.reached_train))
     }
 
 

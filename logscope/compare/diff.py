@@ -277,7 +277,7 @@ def _check_scaling(
 def _trained(analysis: Analysis) -> tuple[bool, str]:
     kinds = analysis.events["kind"]
     iterations = int(kinds.is_in(["iteration", "progress_bar"]).sum())
-    finished = bool((kinds == "training_time").any() or (kinds == "train_final").any())
+    finished = bool(kinds.is_in(["training_time", "training_finished", "train_final"]).any())
     verdict = analysis.diagnosis["verdict"]["category"]
     evidence = f"{iterations} iteration lines, {'a' if finished else 'no'} training-time line, verdict {verdict}"
     return iterations > 0 and finished and verdict in ("healthy", "single_rank"), evidence

@@ -505,14 +505,15 @@ WARNED_WITHIN = 20
 
 
 def _warned_before(ctx: Context, cause: dict[str, Any], family: frozenset[str] = COMM_FAMILY) -> dict[str, Any] | None:
-    """The warning of `family` just before `cause`, in its file, for its rank (an unranked warning counts too)."""
+    """The warning of `family` just before `cause`, in its file, for its rank (an unranked warning counts too, and an
+    unranked cause is taken for the rank of the warning above it)."""
     warnings = [
         e
         for e in ctx.rows
         if e["level"] == "warning"
         and e["kind"] in family
         and e["sid"] == cause["sid"]
-        and e["rank"] in (cause["rank"], None)
+        and (e["rank"] in (cause["rank"], None) or cause["rank"] is None)
         and 0 < cause["line"] - e["line"] <= WARNED_WITHIN
     ]
     return max(warnings, key=lambda e: e["line"]) if warnings else None

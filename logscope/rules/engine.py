@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+import regex
+
 from logscope.align.model import Aligned
 from logscope.rules.api import CHECKS, Context, Hit, breaks_own_pattern
 from logscope.rules.loader import Rule
@@ -312,6 +314,10 @@ CONDITIONS = {
 }
 
 
+# NCCL's record prefix, "host:pid:tid [dev] ": the process a line comes from.
+_NCCL_PROCESS = regex.compile(r"([\w.-]+:\d+):\d+ \[\d+\] ")
+
+
 # ---------------------------------------------------------------------------------------------- culprits
 def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if hit.culprits is not None:
@@ -399,16 +405,36 @@ def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
     reporters = set(hit.ranks)
     if not reporters:
         return []
+    # A rank with its own files in a torchrun tree is here whole even when they hold no recognised line (it was busy
+    # elsewhere, printing to a file of its own, and torchrun SIGTERMed it).
     complete = {
         r for r, rows in ctx.by_rank.items() if any(e["tee_lrank"] is not None or e["node"] is not None for e in rows)
-    }
+    } | {r for r, info in ctx.ranks.items() if info.get("node") is not None}
     # A peer with an error of its own ("Connection closed by peer") is not silent: it failed after the waiters.
     erred = {r for r, st in ctx.states.items() if st.first_error is not None}
+    world = ctx.job.get("world_size") if ctx.job.get("world_size_declared") else None
+    if world == 2 and len(reporters) == 1 and _alive_without_timeout(ctx, 1 - next(iter(reporters)), erred):
+        # Two ranks: the one that timed out waited for the other, which logged on without timing out.
+        return [1 - next(iter(reporters))]
     peers = sorted(r for r in (ctx.visible & complete) - reporters - erred)
     # The culprit is the minority that is somewhere else; when most ranks are silent, silence says nothing.
     if peers and len(peers) <= len(reporters):
         return peers
     return []
+
+
+def _alive_without_timeout(ctx: Context, rank: int, erred: set[int]) -> bool:
+    """The rank printed lines and none of them is an error: it was alive, busy elsewhere. NCCL's lines of a process
+    whose rank no line names ("host:pid:tid [dev] NCCL INFO ...") show such a rank alive too."""
+    if rank in erred:
+        return False
+    if rank in ctx.visible:
+        return True
+    ranks_of_process: dict[str, set[int | None]] = defaultdict(set)
+    for e in ctx.rows:
+        if (m := _NCCL_PROCESS.match(e["text"])) is not None:
+            ranks_of_process[m[1]].add(e["rank"])
+    return any(ranks == {None} for ranks in ranks_of_process.values())
 
 
 # ---------------------------------------------------------------------------------------------- findings
