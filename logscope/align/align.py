@@ -468,6 +468,23 @@ class _Builder:
             elif named is not None:
                 row["rank"] = named
 
+    def ray_worker_ranks(self) -> None:
+        """Ray Train's worker table ties each worker's PID to its rank: a line with that worker's "(RayTrainWorker
+        pid=N)" prefix, or the raylet's report that worker N died, is that rank's."""
+        rank_of_pid = {
+            int(row["_f"]["pid"]): int(row["_f"]["world_rank"]) for row in self.rows if row["kind"] == "ray_worker_rank"
+        }
+        if not rank_of_pid:
+            return
+        for row in self.rows:
+            if row["rank"] is not None:
+                continue
+            pid = row.get("actor_pid")
+            if row["kind"] == "process_exit" and row["_f"].get("pid") is not None:
+                pid = int_or_none(row["_f"]["pid"])
+            if pid in rank_of_pid:
+                row["rank"] = rank_of_pid[pid]
+
     def spawned_tracebacks(self) -> None:
         """torch.multiprocessing.spawn re-raises a child's exception in the parent as "-- Process N terminated with the
         following error:" and the child's traceback: that traceback's unranked lines are process N's (the spawn
@@ -577,6 +594,7 @@ class _Builder:
         self.worker_failed_ranks()
         self.launcher_named_ranks()
         self.spawned_tracebacks()
+        self.ray_worker_ranks()
         self.propagate_process_groups()
         self.analysis_tool_tracebacks()
         self.order()

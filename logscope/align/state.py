@@ -319,6 +319,12 @@ def completion(states: dict[int, RankState], job: dict[str, Any], rows: list[dic
     final_ends = _not_followed_by_failure(ends, rows)
     if final_ends and not failed and not visible:
         return Completion(True, 0.75, "the log ends with the run's own end line", final_ends[:4], joined, {})
+    # An end line no rank prefix claims (Lightning's rank-zero "`Trainer.fit` stopped"), printed in the ranks' own
+    # console after every rank's last line: the run got there.
+    closing = [e for e in final_ends if e["rank"] is None and _after_every_rank(e, visible)]
+    if closing and not failed:
+        how = "the console ends with the run's own end line, after every rank's last line"
+        return Completion(True, 0.75, how, closing[:4], joined, {})
     steady = _steady_excerpt(states, rows)
     if steady:
         how = (
@@ -327,6 +333,13 @@ def completion(states: dict[int, RankState], job: dict[str, Any], rows: list[dic
         )
         return Completion(True, 0.45, how, steady[-2:], joined, {})
     return Completion(False, 0.0, "no line shows that the run finished", [], joined, stopped)
+
+
+def _after_every_rank(end: dict[str, Any], visible: list[RankState]) -> bool:
+    return bool(visible) and all(
+        s.last_event is not None and s.last_event["sid"] == end["sid"] and s.last_event["line"] < end["line"]
+        for s in visible
+    )
 
 
 def _not_followed_by_failure(ends: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -573,6 +573,7 @@ class Extractor:
             "_f": fields,
             "tee_lrank": line.tee_local_rank,
             "grank": line.grank,
+            "actor_pid": line.actor_pid,  # not a column: align reads it to find a Ray worker's rank
         }
         for name in PROMOTED_INT:
             value = fields.get(name)

@@ -16,7 +16,7 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 _CI_TS = re.compile(r"\[?(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)\]?:? ")
 _VIEWER_NO = re.compile(r" {0,7}\d{1,7}(?:\t| ?[|│] ?)")
-_RAY = re.compile(r"\((?P<actor>[A-Za-z_]\w*(?: pid=\d+)(?:, ip=[\w.:]+)?)\) ")
+_RAY = re.compile(r"\([A-Za-z_]\w* pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\) ")
 _TEE = re.compile(r"\[(?!rank\d+\]:)(?P<role>[A-Za-z_][\w.-]*?)(?P<lrank>\d+)\]:")
 # torchrun's --log-line-prefix-template "${role_name}${rank}|${local_rank}": "[trainer3|1]:" (global 3, local 1).
 _TEE_TEMPLATE = re.compile(r"\[(?P<role>[A-Za-z_][\w.-]*?)(?P<grank>\d+)\|(?P<lrank>\d+)\]:")
@@ -103,7 +103,7 @@ class Line:
     tee_role: str | None = None
     tee_local_rank: int | None = None
     grank: int | None = None
-    actor: str | None = None
+    actor_pid: int | None = None  # the process of Ray's "(RayTrainWorker pid=25420)" prefix
     level: str | None = None
     ts_text: str | None = None
     ts: float | None = None  # epoch seconds, only when the stamp has a full date (read as UTC)
@@ -169,7 +169,7 @@ def normalise(raw: str) -> Line:
                 prefixes.append("mpi_tag")
         elif text.startswith("("):
             if (m := _RAY.match(text)) is not None:
-                line.actor = m["actor"]
+                line.actor_pid = int(m["pid"])
                 prefixes.append("ray")
         elif text[:1].isdigit():
             if (m := _KIT.match(text)) is not None or (m := _PY_GENERIC.match(text)) is not None:

@@ -58,6 +58,8 @@ NOT_A_CAUSE_EXC = (
     "DistStoreError",
     "DistNetworkError",
     "ChildFailedError",
+    "WorkerGroupError",  # Ray Train's driver: "Training failed due to worker errors" (the workers' own come first)
+    "ActorDiedError",  # Ray's report that another process (an actor) died: the raylet's line names which
     "KeyboardInterrupt",
     "SignalException",
 )
