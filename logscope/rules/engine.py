@@ -330,15 +330,19 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
         return reporters
     if strategy == "reporters_or_failed_worker":
         return reporters or _only_failed_worker(ctx)
-    if strategy == "fields":
-        out: set[int] = set()
+    if strategy in ("fields", "fields_majority"):
+        named: Counter[int] = Counter()
         for e in hit.events:
             for name in rule.culprit_fields:
                 value = ctx.field(e, name)
                 for part in str(value if value is not None else "").replace(" ", "").split(","):
                     if part.isdigit():
-                        out.add(int(part))
-        return sorted(out)
+                        named[int(part)] += 1
+        if strategy == "fields" or not named:
+            return sorted(named)
+        # Each rank names the one it disagrees with; the rank most of them name is the odd one out.
+        top = max(named.values())
+        return sorted(r for r, n in named.items() if n == top)
     if strategy == "peers_of_reporter":
         world = ctx.job.get("world_size") or 0
         if world == 2 and len(reporters) == 1:
