@@ -43,6 +43,8 @@ WORLD_SIZE_KINDS = IDENTITY_KINDS
 OWN_RANK_KINDS = IDENTITY_KINDS | {"sync_start"}
 # Kinds whose lines name the rank they are about, and the field that holds it (signatures.yaml `names_rank`).
 NAMES_RANK = {s.kind: s.names_rank for s in catalogue().signatures if s.names_rank}
+# A training script's rank tag at the start of its message, after any logger prefix: "[RANK 0] ...", "[rank 1] ...".
+_RANK_TAG = regex.compile(r"\[(?:RANK|Rank|rank)[ _]?(\d{1,5})\] ")
 # NCCL's record prefix ("node:2134736:2285781 [0] ...": host, pid, thread, device) and its proxy thread's own rank.
 _NCCL_RECORD = regex.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] ")
 _PROXY_RANK = regex.compile(r"\[Proxy Service (\d+)\]")
@@ -270,6 +272,8 @@ class _Builder:
             rank = int_or_none(row["_f"].get("pg_rank"))
         if rank is None and (m := _DEFAULT_PG_PREFIX.search(row["text"])):
             rank = int(m.group(1))  # e.g. a "what():  [PG ID 0 ... Rank 2] ..." abort line, no [rankN]: prefix
+        if rank is None and (m := _RANK_TAG.match(row["text"])):
+            rank = int(m.group(1))  # a script's own tag on its message: "[RANK 0] epoch 0 step 5 loss 0.66"
         return rank
 
     # ------------------------------------------------------------------ duplicates, attempts, phases
