@@ -62,7 +62,7 @@ def _int_list(value: Any) -> list[int]:
     return [int(x) for x in text.replace(" ", "").split(",") if x.strip().lstrip("-").isdigit()]
 
 
-def _int_ranges(value: Any) -> list[int]:
+def int_ranges(value: Any) -> list[int]:
     """srun's task lists: "3,7", "9-10,12-15"."""
     out: list[int] = []
     for part in str(value or "").split(","):
@@ -362,7 +362,7 @@ class _Builder:
             if field_name is None:
                 continue
             named = _int(row["_f"].get(field_name))
-            ranks = _int_ranges(row["_f"].get("ranks"))
+            ranks = int_ranges(row["_f"].get("ranks"))
             if named is None and len(ranks) == 1:
                 named = ranks[0]
             if ranks and len(ranks) > 1:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import regex
 
+from logscope.align.align import int_ranges, signal_name
 from logscope.events.catalogue import catalogue
 from logscope.rules.api import (
     COMM_FAMILY,
@@ -15,14 +16,12 @@ from logscope.rules.api import (
     RENDEZVOUS_FAMILY,
     Context,
     Hit,
+    Rule,
     breaks_own_pattern,
     check,
     family_category,
 )
 from logscope.vocab import PHASE_ORDER, Severity, at_least
-
-if TYPE_CHECKING:
-    from logscope.rules.loader import Rule
 
 # Events that say "communication failed here": a crash on a rank that shows one of these is its consequence.
 COMM_KINDS = {
@@ -273,8 +272,6 @@ def _describe(e: dict[str, Any]) -> str:
     f = e["_f"]
     if e["kind"] in ("child_failure", "worker_failed"):
         code = e["exitcode"]
-        from logscope.align.align import signal_name
-
         sig = signal_name(code)
         return (
             f"exit code {code}"
@@ -580,9 +577,7 @@ def _ranks_of(e: dict[str, Any]) -> list[int | None]:
     """The rank a line is about; a launcher's line may name several ("srun: error: h: tasks 9-10,12: Killed")."""
     if e["rank"] is not None:
         return [e["rank"]]
-    from logscope.align.align import _int_ranges
-
-    named = _int_ranges(e["_f"].get("ranks"))
+    named = int_ranges(e["_f"].get("ranks"))
     return list(named) if named else [None]
 
 

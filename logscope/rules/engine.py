@@ -11,8 +11,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from logscope.align.model import Aligned
-from logscope.rules.api import CHECKS, Context, Hit, breaks_own_pattern
-from logscope.rules.loader import Rule
+from logscope.rules.api import API_OPTYPE, CHECKS, Context, Hit, Rule, breaks_own_pattern
 from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER
 
 # Variables that identify a host or a rank and so differ by design.
@@ -415,29 +414,6 @@ def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
 class _Values(dict[str, Any]):
     def __missing__(self, key: str) -> str:
         return "?"
-
-
-API_OPTYPE = {
-    "all_reduce": "ALLREDUCE",
-    "broadcast": "BROADCAST",
-    "broadcast_object_list": "BROADCAST",
-    "all_gather": "ALLGATHER",
-    "all_gather_into_tensor": "_ALLGATHER_BASE",
-    "all_gather_object": "ALLGATHER",
-    "reduce_scatter": "REDUCE_SCATTER",
-    "reduce_scatter_tensor": "_REDUCE_SCATTER_BASE",
-    "reduce": "REDUCE",
-    "all_to_all": "ALLTOALL",
-    "all_to_all_single": "ALLTOALL_BASE",
-    "barrier": "BARRIER",
-    "monitored_barrier": "BARRIER",
-    "send": "SEND",
-    "isend": "SEND",
-    "recv": "RECV",
-    "irecv": "RECV",
-    "gather": "GATHER",
-    "scatter": "SCATTER",
-}
 
 
 def _call_op(ctx: Context, rank: int | None) -> str | None:

@@ -6,14 +6,11 @@ log lines of the other findings), plus, for a member that left no dump, the last
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from logscope.align.flight import FlightReport, Hang, numel, op_name
 from logscope.ingest.flight_recorder import FlightEntry
-from logscope.rules.api import Context, Hit, check
-
-if TYPE_CHECKING:
-    from logscope.rules.loader import Rule
+from logscope.rules.api import API_OPTYPE, Context, Hit, Rule, check
 
 # Evidence rows of a dump are not lines of a log: their source ids lie below every real one.
 FIRST_DUMP_SID = -1_000_000
@@ -21,8 +18,6 @@ FIRST_DUMP_SID = -1_000_000
 
 def entry_row(report: FlightReport, rank: int, e: FlightEntry) -> dict[str, Any]:
     """An event row for one dump entry: the shape the engine reads evidence and the collective from."""
-    from logscope.rules.engine import API_OPTYPE  # the engine loads the rules, which register this check
-
     dump = report.dump_of(rank)
     path = dump.path if dump else "?"
     sizes = numel(e.input_sizes)
