@@ -2,8 +2,8 @@
 condition's hit, and the vocabulary both share.
 
 The loader (loader.py) reads rule files into `Rule`s and the engine (engine.py) evaluates them; the Python checks
-(checks.py, flight_check.py) are registered here by name and receive the same Context. This module imports none of
-them, and the checks import neither the loader nor the engine, so the rules package has no import circle.
+(the checks/ package) are registered here by name and receive the same Context. This module imports none of them,
+and the checks import neither the loader nor the engine, so the rules package has no import circle.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A rule selects evidence events (`match`: kinds + field conditions), decides whether they amount to a finding
 (`condition`), and names the culprit ranks (`culprit`). Conditions and culprit strategies are the primitives below;
-logic YAML cannot express lives in `checks.py`, registered by name and still declared by a rule file.
+logic YAML cannot express lives in the checks/ package (one module per check), registered by name and still
+declared by a rule file.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from logscope import safeyaml
 from logscope.errors import RuleError
 from logscope.events.catalogue import SYNTHESIZED_KINDS, catalogue
 from logscope.rules import checks as _checks  # noqa: F401  (registers the Python checks)
-from logscope.rules import flight_check as _flight_check  # noqa: F401  (registers the Flight Recorder check)
 from logscope.rules.api import CHECKS, Rule
 
 # A wheel ships the top-level rules/ as logscope/rulepack/ (pyproject.toml); a source checkout reads rules/ itself.
