@@ -18,7 +18,7 @@ import regex
 from logscope.align.job import job_facts
 from logscope.align.model import RANK_SCHEMA, Aligned
 from logscope.align.state import AGENT_KINDS, EARLY_PHASES, build_states, completion
-from logscope.align.values import int_list, int_or_none
+from logscope.align.values import int_list, int_or_none, int_ranges
 from logscope.events.catalogue import catalogue
 from logscope.events.extract import Extraction
 from logscope.events.table import events_frame
@@ -63,16 +63,6 @@ def signal_name(exit_code: int | None) -> str | None:
         return signal_module.Signals(-exit_code).name
     except ValueError:
         return f"SIG{-exit_code}"
-
-
-def _int_ranges(value: Any) -> list[int]:
-    """srun's task lists: "3,7", "9-10,12-15"."""
-    out: list[int] = []
-    for part in str(value or "").split(","):
-        low, _, high = part.strip().partition("-")
-        if low.isdigit() and (not high or high.isdigit()):
-            out.extend(range(int(low), int(high or low) + 1) if int(high or low) - int(low) < 65536 else [])
-    return out
 
 
 def _blank_rank(rank: int) -> dict[str, Any]:
@@ -464,7 +454,7 @@ class _Builder:
             if field_name is None:
                 continue
             named = int_or_none(row["_f"].get(field_name))
-            ranks = _int_ranges(row["_f"].get("ranks"))
+            ranks = int_ranges(row["_f"].get("ranks"))
             if named is None and len(ranks) == 1:
                 named = ranks[0]
             if ranks and len(ranks) > 1:

@@ -16,3 +16,13 @@ def int_list(value: Any) -> list[int]:
     """ "[4, 4]", "4,4" -> [4, 4]."""
     text = str(value or "").strip().strip("[]")
     return [int(x) for x in text.replace(" ", "").split(",") if x.strip().lstrip("-").isdigit()]
+
+
+def int_ranges(value: Any) -> list[int]:
+    """srun's task lists: "3,7", "9-10,12-15"."""
+    out: list[int] = []
+    for part in str(value or "").split(","):
+        low, _, high = part.strip().partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            out.extend(range(int(low), int(high or low) + 1) if int(high or low) - int(low) < 65536 else [])
+    return out

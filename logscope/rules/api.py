@@ -1,7 +1,9 @@
-"""What rules and their checks are written against: the check registry, the evaluation context, a condition's hit.
+"""What rules and their checks are written against: a loaded rule, the check registry, the evaluation context, a
+condition's hit, and the vocabulary both share.
 
-The engine (engine.py) evaluates rule files; the Python checks (checks.py) are registered here by name and
-receive the same Context. Neither imports the other, so the rules package has no import circle.
+The loader (loader.py) reads rule files into `Rule`s and the engine (engine.py) evaluates them; the Python checks
+(the checks/ package) are registered here by name and receive the same Context. This module imports none of them,
+and the checks import neither the loader nor the engine, so the rules package has no import circle.
 """
 
 from __future__ import annotations
@@ -9,15 +11,41 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
+
+import regex
 
 from logscope.align.model import Aligned
 from logscope.align.state import Completion, RankState, clock
 from logscope.events.catalogue import catalogue
 from logscope.vocab import PHASE_ORDER
 
-if TYPE_CHECKING:
-    from logscope.rules.loader import Rule
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule file as the loader read it (rules/LSnnn_*.yaml; schema.json says what each field holds)."""
+
+    id: str
+    title: str
+    category: str
+    severity: str
+    confidence: float
+    specificity: int
+    match: dict[str, Any]
+    condition: dict[str, Any]
+    culprit: str
+    culprit_fields: tuple[str, ...]
+    message: str
+    why: dict[str, Any]  # what, why, example (str); example_runs (bool) and example_note where it cannot run
+    next_step: dict[str, str]
+    references: tuple[str, ...]
+    tests: dict[str, list[dict[str, Any]]]
+    path: Path
+    name: str = ""
+    known_problems: str = ""
+    stage: str = "main"  # main | fallback (evaluated after the main stage, seeing its findings)
+    compiled: dict[str, regex.Pattern[str]] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass
@@ -122,7 +150,7 @@ class Context:
         )
 
 
-CheckFn = Callable[["Rule", Context, list[dict[str, Any]], dict[str, Any]], Hit | None]
+CheckFn = Callable[[Rule, Context, list[dict[str, Any]], dict[str, Any]], Hit | None]
 CHECKS: dict[str, CheckFn] = {}
 
 
@@ -134,6 +162,30 @@ def check(name: str) -> Callable[[CheckFn], CheckFn]:
         return fn
 
     return register
+
+
+# torch.distributed's call -> the OpType that NCCL's watchdog and the Flight Recorder print for it.
+API_OPTYPE = {
+    "all_reduce": "ALLREDUCE",
+    "broadcast": "BROADCAST",
+    "broadcast_object_list": "BROADCAST",
+    "all_gather": "ALLGATHER",
+    "all_gather_into_tensor": "_ALLGATHER_BASE",
+    "all_gather_object": "ALLGATHER",
+    "reduce_scatter": "REDUCE_SCATTER",
+    "reduce_scatter_tensor": "_REDUCE_SCATTER_BASE",
+    "reduce": "REDUCE",
+    "all_to_all": "ALLTOALL",
+    "all_to_all_single": "ALLTOALL_BASE",
+    "barrier": "BARRIER",
+    "monitored_barrier": "BARRIER",
+    "send": "SEND",
+    "isend": "SEND",
+    "recv": "RECV",
+    "irecv": "RECV",
+    "gather": "GATHER",
+    "scatter": "SCATTER",
+}
 
 
 def breaks_own_pattern(ctx: Context, rank: int, seq: int, op: Any, shape: Any) -> bool:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from logscope.rules.loader import Rule, load_rules
+from logscope.rules.api import Rule
+from logscope.rules.loader import load_rules
 
 
 def rule_doc(rule: Rule) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 A rule selects evidence events (`match`: kinds + field conditions), decides whether they amount to a finding
 (`condition`), and names the culprit ranks (`culprit`). Conditions and culprit strategies are the primitives below;
-logic YAML cannot express lives in `checks.py`, registered by name and still declared by a rule file.
+logic YAML cannot express lives in the checks/ package (one module per check), registered by name and still
+declared by a rule file.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from typing import Any
 import regex
 
 from logscope.align.model import Aligned
-from logscope.rules.api import CHECKS, Context, Hit, breaks_own_pattern
-from logscope.rules.loader import Rule
+from logscope.rules.api import API_OPTYPE, CHECKS, Context, Hit, Rule, breaks_own_pattern
 from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER
 
 # Variables that identify a host or a rank and so differ by design.
@@ -445,29 +445,6 @@ def _alive_without_timeout(ctx: Context, rank: int, erred: set[int]) -> bool:
 class _Values(dict[str, Any]):
     def __missing__(self, key: str) -> str:
         return "?"
-
-
-API_OPTYPE = {
-    "all_reduce": "ALLREDUCE",
-    "broadcast": "BROADCAST",
-    "broadcast_object_list": "BROADCAST",
-    "all_gather": "ALLGATHER",
-    "all_gather_into_tensor": "_ALLGATHER_BASE",
-    "all_gather_object": "ALLGATHER",
-    "reduce_scatter": "REDUCE_SCATTER",
-    "reduce_scatter_tensor": "_REDUCE_SCATTER_BASE",
-    "reduce": "REDUCE",
-    "all_to_all": "ALLTOALL",
-    "all_to_all_single": "ALLTOALL_BASE",
-    "barrier": "BARRIER",
-    "monitored_barrier": "BARRIER",
-    "send": "SEND",
-    "isend": "SEND",
-    "recv": "RECV",
-    "irecv": "RECV",
-    "gather": "GATHER",
-    "scatter": "SCATTER",
-}
 
 
 def _call_op(ctx: Context, rank: int | None) -> str | None:

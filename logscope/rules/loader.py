@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -16,37 +15,12 @@ from logscope import safeyaml
 from logscope.errors import RuleError
 from logscope.events.catalogue import SYNTHESIZED_KINDS, catalogue
 from logscope.rules import checks as _checks  # noqa: F401  (registers the Python checks)
-from logscope.rules import flight_check as _flight_check  # noqa: F401  (registers the Flight Recorder check)
-from logscope.rules.api import CHECKS
+from logscope.rules.api import CHECKS, Rule
 
 # A wheel ships the top-level rules/ as logscope/rulepack/ (pyproject.toml); a source checkout reads rules/ itself.
 _PACKAGED_RULES = Path(__file__).resolve().parents[1] / "rulepack"
 BUILTIN_RULES = _PACKAGED_RULES if _PACKAGED_RULES.is_dir() else Path(__file__).resolve().parents[2] / "rules"
 WORKFLOW_STEPS = {f"W{i}" for i in range(1, 11)}
-
-
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    title: str
-    category: str
-    severity: str
-    confidence: float
-    specificity: int
-    match: dict[str, Any]
-    condition: dict[str, Any]
-    culprit: str
-    culprit_fields: tuple[str, ...]
-    message: str
-    why: dict[str, Any]  # what, why, example (str); example_runs (bool) and example_note where it cannot run
-    next_step: dict[str, str]
-    references: tuple[str, ...]
-    tests: dict[str, list[dict[str, Any]]]
-    path: Path
-    name: str = ""
-    known_problems: str = ""
-    stage: str = "main"  # main | fallback (evaluated after the main stage, seeing its findings)
-    compiled: dict[str, regex.Pattern[str]] = field(default_factory=dict, compare=False, hash=False)
 
 
 @lru_cache(maxsize=1)

@@ -8,7 +8,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from logscope.model import Analysis
-from logscope.rules.loader import BUILTIN_RULES, Rule, load_rules
+from logscope.rules.api import Rule
+from logscope.rules.loader import BUILTIN_RULES, load_rules
 
 # Built-in rules name their cases relative to the repository root; a wheel carries them under rulepack/cases/
 # (setup.py). Extra rules name theirs relative to their own file, or to the working folder.

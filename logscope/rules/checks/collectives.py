@@ -1,0 +1,22 @@
+"""The torch.distributed call each failing rank was in, for the checks that compare them across ranks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logscope.rules.api import API_OPTYPE, Context
+from logscope.rules.checks.failures import comm_ranks
+
+
+def last_calls(ctx: Context, events: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Each failing rank's last torch.distributed frame (its traceback's innermost collective), final attempt."""
+    comm = comm_ranks(ctx)
+    last: dict[int, dict[str, Any]] = {}
+    for e in events:
+        api = e["_f"].get("api")
+        if e["rank"] is None or api not in API_OPTYPE or e["rank"] not in comm:
+            continue
+        if (e["attempt"] or 0) < ctx.final_attempt:
+            continue
+        last[e["rank"]] = e
+    return last

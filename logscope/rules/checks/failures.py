@@ -1,0 +1,128 @@
+"""What several checks know about failure lines: which kinds say that communication failed, which exceptions only
+report a peer's or the launcher's doing, how a failure reads in a message, which warning came just before it; and
+two judgements over the whole run: every failed rank aborted by the watchdog, and the fallback stage's ground
+(nothing failed, nothing proves the run finished)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logscope.align.align import signal_name
+from logscope.events.catalogue import catalogue
+from logscope.rules.api import COMM_FAMILY, Context
+from logscope.vocab import Severity, at_least
+
+# Events that say "communication failed here": a crash on a rank that shows one of these is its consequence.
+COMM_KINDS = {
+    "nccl_watchdog_timeout",
+    "nccl_blocking_wait_timeout",
+    "nccl_pg_status",
+    "nccl_comm_aborted",
+    "nccl_error",
+    "nccl_result",
+    "nccl_async_exception",
+    "nccl_heartbeat_stuck",
+    "nccl_watchdog_terminated",
+    "gloo_timeout",
+    "gloo_peer_closed",
+    "gloo_peer_reset",
+    "gloo_size_mismatch",
+    "gloo_connect_failed",
+    "monitored_barrier_failed",
+    "collective_mismatch_detail",
+    "desync_report",
+    "store_timeout",
+    "store_clients_timeout",
+    "nccl_peer_closed",
+    "nccl_uniqueid_store_error",
+    "nccl_ib_completion_error",
+    "nccl_duplicate_gpu",
+    "cuda_illegal_access",
+    "gloo_connect_refused",
+    "ddp_model_mismatch",
+}
+# Exceptions that only say a peer or the launcher ended things: never a rank's own cause.
+NOT_A_CAUSE_EXC = (
+    "DistBackendError",
+    "DistStoreError",
+    "DistNetworkError",
+    "ChildFailedError",
+    "WorkerGroupError",  # Ray Train's driver: "Training failed due to worker errors" (the workers' own come first)
+    "ActorDiedError",  # Ray's report that another process (an actor) died: the raylet's line names which
+    "KeyboardInterrupt",
+    "SignalException",
+)
+# A communication warning this many lines before a failure, in the same file and for the same rank, is its cause.
+WARNED_WITHIN = 20
+
+
+def comm_ranks(ctx: Context) -> set[int]:
+    """The ranks that show a communication failure of their own."""
+    return {e["rank"] for e in ctx.rows if e["kind"] in COMM_KINDS and e["rank"] is not None}
+
+
+def message_kind(text: str) -> str | None:
+    """Which signature an error message (error.json, exception text) belongs to."""
+    for sig in catalogue().signatures:
+        if sig.kind in ("python_exception", "traceback_start") or not sig.prefilter_re.search(text):
+            continue
+        if sig.pattern.search(text):
+            return sig.kind
+    return None
+
+
+def describe(e: dict[str, Any]) -> str:
+    """A failure as a message says it: the exit code and its signal, the exception and its reason, or the line."""
+    f = e["_f"]
+    if e["kind"] in ("child_failure", "worker_failed"):
+        code = e["exitcode"]
+        sig = signal_name(code)
+        return (
+            f"exit code {code}"
+            + (f" ({sig})" if sig else "")
+            + (" — SIGKILL with no traceback is usually the host OOM killer or a manual kill" if code == -9 else "")
+        )
+    if e["kind"] in ("python_exception", "error_file"):
+        return f"{f.get('exc_type') or 'exception'}: {str(f.get('reason') or e['text'])[:160]}"
+    return e["text"][:160]
+
+
+def warned_before(ctx: Context, cause: dict[str, Any], family: frozenset[str] = COMM_FAMILY) -> dict[str, Any] | None:
+    """The warning of `family` just before `cause`, in its file, for its rank (an unranked warning counts too, and an
+    unranked cause is taken for the rank of the warning above it)."""
+    warnings = [
+        e
+        for e in ctx.rows
+        if e["level"] == "warning"
+        and e["kind"] in family
+        and e["sid"] == cause["sid"]
+        and (e["rank"] in (cause["rank"], None) or cause["rank"] is None)
+        and 0 < cause["line"] - e["line"] <= WARNED_WITHIN
+    ]
+    return max(warnings, key=lambda e: e["line"]) if warnings else None
+
+
+def aborted_failures(ctx: Context) -> list[dict[str, Any]]:
+    """The launcher's failure lines where every failed rank died of SIGABRT with no traceback (ProcessGroupNCCL's
+    watchdog tearing them down); empty otherwise."""
+    failures = [
+        e
+        for k in ("child_failure", "worker_failed")
+        for e in ctx.by_kind.get(k, [])
+        if e["exitcode"] not in (None, 0, -15)
+    ]
+    if failures and all(e["exitcode"] == -6 for e in failures):
+        own = [e for e in ctx.rows if e["kind"] in ("python_exception", "error_file", "segfault", "cuda_oom")]
+        if not own:
+            return failures
+    return []
+
+
+def nothing_failed_nor_finished(ctx: Context) -> bool:
+    """The fallback rules' ground: no main rule found a failure, and nothing proves that the run finished."""
+    proof = ctx.completion
+    return (
+        proof is not None
+        and not proof.proven
+        and not any(at_least(f["severity"], Severity.ERROR) for f in ctx.findings)
+    )

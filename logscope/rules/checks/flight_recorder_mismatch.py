@@ -1,0 +1,36 @@
+"""The check `flight_recorder_mismatch`, behind LS220 (rules/LS220_flight_recorder_mismatch.yaml): the first SeqNum
+at which the Flight Recorder dumps show ranks issuing different collectives (op, sizes or dtypes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logscope.rules.api import Context, Hit, Rule, check
+from logscope.rules.checks.flight_evidence import entry_row, pg_text
+
+
+@check("flight_recorder_mismatch")
+def flight_recorder_mismatch(
+    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
+) -> Hit | None:
+    """The first SeqNum at which the dumps show ranks issuing different collectives (op, sizes or dtypes)."""
+    report = ctx.aligned.flight
+    if report is None or not report.mismatches:
+        return None
+    first = min(report.mismatches, key=lambda m: (m.pg != "0", m.seq))
+    same = [m for m in report.mismatches if (m.pg, m.seq) == (first.pg, first.seq)]
+    rows = [entry_row(report, rank, e) for rank, e in first.entries.items()]
+    rows.sort(key=lambda r: r["rank"] not in first.culprits)
+    return Hit(
+        rows,
+        set(first.entries),
+        culprits=first.culprits,
+        values={
+            "fr_seq": first.seq,
+            "fr_pg": pg_text(first.pg, next(iter(first.entries.values())).pg_desc),
+            "fr_differences": "; ".join(
+                f"{m.what}: " + ", ".join(f"rank {r} {v}" for r, v in sorted(m.per_rank.items())) for m in same
+            ),
+        },
+        confidence_factor=1.0 if first.culprits else 0.7,
+    )

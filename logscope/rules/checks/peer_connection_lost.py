@@ -1,0 +1,28 @@
+"""The check `peer_connection_lost`, behind LS504 (rules/LS504_peer_connection_lost.yaml): a rank lost its
+connection to a peer; the peer that went away first is the culprit, not the rank that reports it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logscope.rules.api import Context, Hit, Rule, check
+
+
+@check("peer_connection_lost")
+def peer_connection_lost(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """A rank lost its connection to a peer: the peer that went away first is the culprit, not the reporter."""
+    if not events:
+        return None
+    reporters = {e["rank"] for e in events if e["rank"] is not None}
+    culprits: list[int] = []
+    named = [int(e["_f"]["peer_rank"]) for e in ctx.by_kind.get("p2p_call", []) if e["_f"].get("peer_rank")]
+    if named:
+        culprits = sorted(set(named) - reporters) or sorted(set(named))
+    elif reporters:
+        peers = ctx.visible - reporters
+        world = ctx.job.get("world_size")
+        if peers:
+            culprits = sorted(peers)
+        elif world == 2 and len(reporters) == 1:
+            culprits = [1 - next(iter(reporters))]
+    return Hit(events, reporters, culprits=culprits, values={"reporters": sorted(reporters) or "unknown"})

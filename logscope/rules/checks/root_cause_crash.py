@@ -1,0 +1,212 @@
+"""The check `root_cause_crash`, behind LS701 (rules/LS701_crash.yaml): a rank that failed by its own fault
+(exception, signal, segfault), not as a consequence of a peer, and which such rank failed first.
+
+torchrun's "Root Cause (first observed failure)" is the earliest *observed* failure; a rank SIGTERMed by torchrun
+because a peer died is never the culprit, and a rank whose failure is a communication error is a victim of the rank
+it was talking to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logscope.rules.api import COMM_FAMILY, RENDEZVOUS_FAMILY, Context, Hit, Rule, check
+from logscope.rules.checks.failures import (
+    COMM_KINDS,
+    NOT_A_CAUSE_EXC,
+    aborted_failures,
+    comm_ranks,
+    describe,
+    message_kind,
+    warned_before,
+)
+from logscope.rules.checks.world import raised_joining_world
+
+WORKER_EXIT_KINDS = ("child_failure", "worker_failed")
+# A rank's own failure lines that say more than its exit code does.
+SAYS_MORE_THAN_EXIT = ("python_exception", "error_file", "segfault", "fatal_python_error")
+# One cause per rank: the event that says most (exception text over an exit code); lower is preferred.
+CAUSE_PREFERENCE = {
+    "python_exception": 0,
+    "error_file": 1,
+    "rl_nan": 0,
+    "sim_cuda_error": 0,
+    "segfault": 2,
+    "fatal_python_error": 3,
+    "argparse_error": 0,
+    "hydra_job_error": 4,
+    "child_failure": 5,
+    "worker_failed": 6,  # the agent's one-line "failed (exitcode: N) local_rank: K": the summary says more
+}
+# An unranked exception this many lines below a frame of torchrun's rendezvous code is that traceback's end.
+LAUNCHER_TRACEBACK_SPAN = 60
+
+
+@check("root_cause_crash")
+def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+    """A rank that failed by its own fault (exception, signal, segfault), not as a consequence of a peer."""
+    causes = _own_failures(ctx, events)
+    if not causes:
+        return None
+    best = _one_per_rank(causes)
+    ranked = sorted(r for r in best if r is not None)
+    recovered = _recovered(ctx, causes)
+    culprits = _first_in_cause({r: best[r] for r in ranked}) if ranked else []
+    evidence = [best[r] for r in culprits] + [e for e in causes if e["rank"] not in culprits]
+    what = ", ".join(f"rank {r}: {describe(best[r])}" for r in (culprits or ranked)) or describe(causes[0])
+    hit = Hit(
+        evidence,
+        set(ranked),
+        culprits=culprits,
+        values={
+            "what": what,
+            "recovered": " The elastic restart recovered: the final attempt finished." if recovered else "",
+            "attempt": (best[culprits[0]]["attempt"] if culprits else None) or 0,
+        },
+    )
+    if recovered:
+        hit.severity = "warning"
+    return hit
+
+
+def _own_failures(ctx: Context, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The failure lines, in order, that are a rank's own doing; a worker's exit counts only where no earlier line
+    of that rank says more."""
+    victims = _victim_ranks(ctx)
+    launcher_frames = _launcher_rendezvous_frames(ctx)
+    causes: list[dict[str, Any]] = []
+    for e in events:
+        kind = e["kind"]
+        if kind == "python_exception" and _ends_launcher_traceback(e, launcher_frames):
+            continue
+        if kind in WORKER_EXIT_KINDS:
+            own = _worker_exit_is_own(ctx, e, victims, causes)
+        elif kind in ("python_exception", "error_file"):
+            own = _exception_is_own(ctx, e, victims)
+        elif kind == "fatal_python_error":
+            own = e["rank"] not in victims
+        elif kind == "hydra_job_error":
+            own = _hydra_error_is_own(ctx, e, victims, causes)
+        else:
+            own = True
+        if own:
+            causes.append(e)
+    return causes
+
+
+def _victim_ranks(ctx: Context) -> set[int | None]:
+    """Ranks whose failure is the consequence of a communication failure: their own, the watchdog's abort of every
+    rank, or unranked communication errors beside a single failed worker."""
+    victims: set[int | None] = set(comm_ranks(ctx))
+    if aborted_failures(ctx):
+        victims |= {e["rank"] for k in WORKER_EXIT_KINDS for e in ctx.by_kind.get(k, [])}
+    failed_workers = {e["rank"] for k in WORKER_EXIT_KINDS for e in ctx.by_kind.get(k, []) if e["exitcode"]}
+    if len(failed_workers) == 1 and any(e["kind"] in COMM_KINDS and e["rank"] is None for e in ctx.rows):
+        # Unranked communication errors and one failed worker: in a paste without rank prefixes they are that
+        # worker's own lines, so its exit is their consequence.
+        victims |= failed_workers
+    return victims
+
+
+def _launcher_rendezvous_frames(ctx: Context) -> list[tuple[int, int]]:
+    """Where torchrun's traceback runs through its rendezvous code (elastic/rendezvous/*.py): (file, line)."""
+    return [
+        (x["sid"], x["line"])
+        for x in ctx.by_kind.get("launcher_frame", [])
+        if "rendezvous" in str(x["_f"].get("module", ""))
+    ]
+
+
+def _ends_launcher_traceback(e: dict[str, Any], launcher_frames: list[tuple[int, int]]) -> bool:
+    """An unranked exception out of torchrun's rendezvous code belongs to the launcher, not to a rank: LS601/LS602
+    report it."""
+    return e["rank"] is None and any(
+        sid == e["sid"] and 0 < e["line"] - line <= LAUNCHER_TRACEBACK_SPAN for sid, line in launcher_frames
+    )
+
+
+def _worker_exit_is_own(
+    ctx: Context, e: dict[str, Any], victims: set[int | None], causes: list[dict[str, Any]]
+) -> bool:
+    """A worker's failed exit is its own failure, unless it was stopped (SIGTERM), is a victim's, echoes unranked
+    errors, or that rank already has a line that says more."""
+    code, rank = e["exitcode"], e["rank"]
+    if code is None or code == 0 or code == -15:
+        return False
+    if rank in victims:
+        return False
+    if code > 0 and _echoes_unranked_failure(ctx, rank, victims):
+        # A plain exit status (an uncaught exception's 1) of a worker with no exception of its own, beside
+        # communication or rendezvous errors that name no rank (an unprefixed paste: most likely that
+        # worker's own lines): the echo of those, not a crash of its own.
+        return False
+    return not any(x["kind"] in SAYS_MORE_THAN_EXIT and x["rank"] == rank for x in causes)
+
+
+def _exception_is_own(ctx: Context, e: dict[str, Any], victims: set[int | None]) -> bool:
+    """An exception (or torchrun's error.json) is the rank's own, unless it only reports a peer's doing, is a
+    communication error raised as an exception, or says the world never formed."""
+    kind, rank, f = e["kind"], e["rank"], e["_f"]
+    if str(f.get("exc_type") or "").endswith(NOT_A_CAUSE_EXC):
+        return False
+    if kind == "python_exception" and message_kind(str(f.get("reason") or "")) in COMM_KINDS:
+        return False  # e.g. "RuntimeError: NCCL error in: ...": a communication error raised as an exception
+    if raised_joining_world(ctx, e) is not None:
+        return False  # the world never formed: LS606 reports it
+    if kind == "error_file" and message_kind(e["text"]) in COMM_KINDS:
+        return False
+    return not (rank is not None and rank in victims and kind == "error_file")
+
+
+def _hydra_error_is_own(
+    ctx: Context, e: dict[str, Any], victims: set[int | None], causes: list[dict[str, Any]]
+) -> bool:
+    """Hydra's wrapper line says an exception escaped: the exception itself is the evidence where there is one, and
+    a rendezvous that was waiting for its peers just before is the fallback's to read."""
+    if victims or any(c["kind"] != "hydra_job_error" for c in causes):
+        return False
+    return warned_before(ctx, e, RENDEZVOUS_FAMILY) is None
+
+
+def _echoes_unranked_failure(ctx: Context, rank: int | None, victims: set[int | None]) -> bool:
+    """A rank with no exception of its own beside error lines of the communication or rendezvous family that name
+    no rank (or, for an unranked exit, beside any victim)."""
+    if rank is not None and any(e["kind"] in ("python_exception", "error_file") for e in ctx.by_rank.get(rank, [])):
+        return False
+    families = COMM_FAMILY | RENDEZVOUS_FAMILY
+    unranked = any(e["rank"] is None and e["level"] == "error" and e["kind"] in families for e in ctx.rows)
+    return unranked or (rank is None and bool(victims))
+
+
+def _one_per_rank(causes: list[dict[str, Any]]) -> dict[int | None, dict[str, Any]]:
+    """Each rank's (and the unranked lines') cause: the first of its lines that says most."""
+    best: dict[int | None, dict[str, Any]] = {}
+    for e in causes:
+        key = e["rank"]
+        if key not in best or CAUSE_PREFERENCE.get(e["kind"], 9) < CAUSE_PREFERENCE.get(best[key]["kind"], 9):
+            best[key] = e
+    return best
+
+
+def _recovered(ctx: Context, causes: list[dict[str, Any]]) -> bool:
+    """Every failure was in an earlier attempt and the job did not exit 1: the elastic restart recovered."""
+    final = ctx.final_attempt
+    return all((e["attempt"] or 0) < final for e in causes) and ctx.job.get("exit_code") != 1
+
+
+def _first_in_cause(best: dict[int, dict[str, Any]]) -> list[int]:
+    """Among ranks that failed by their own fault, the first in time; ties stay together."""
+    if len(best) == 1:
+        return list(best)
+    times: dict[int, float] = {}
+    for rank, e in best.items():
+        ts = e["_f"].get("timestamp") if e["kind"] == "error_file" else None
+        if ts is not None and str(ts).isdigit():
+            times[rank] = float(ts)
+        elif e["ts"] is not None:
+            times[rank] = e["ts"]
+    if len(times) == len(best):
+        first = min(times.values())
+        return sorted(r for r, t in times.items() if t - first < 1.0)
+    own = [r for r, e in best.items() if e["kind"] != "child_failure"]
+    return sorted(own or best)
