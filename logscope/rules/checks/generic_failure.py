@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import regex
+
 from logscope.align.values import int_ranges
 from logscope.rules.api import LEAD_FAMILY, REMOTE_KINDS, Context, Hit, Rule, check, family_category
 from logscope.rules.checks.failures import NOT_A_CAUSE_EXC, describe, message_kind, warned_before
@@ -17,6 +19,11 @@ from logscope.vocab import Severity, at_least
 
 # The job was stopped from outside (Ctrl-C, the scheduler's SIGTERM to torchrun): where a hang ends, not a failure.
 STOPPED_FROM_OUTSIDE_EXC = ("KeyboardInterrupt", "SignalException")
+# A traceback this close below torchrun's "Received N death signal" is torchrun's own, unwinding from the stop.
+STOP_SIGNAL_SPAN = 40
+# NCCL's record prefix, "host:pid:tid ": the process a line comes from.
+_NCCL_PROCESS = regex.compile(r"[\w.-]+:\d+:")
+_NCCL_TRACE = regex.compile(r"\.(?:cc|cu|h):\d+ -> \d")
 # A line this close to the end of its file is where that file stops.
 LAST_LINES = 3
 # How much less sure a lead is than a failure line: a warning where the log stops, a traceback cut short, and a
@@ -94,6 +101,8 @@ def _unexplained_errors(ctx: Context, others: bool) -> list[dict[str, Any]]:
         and _unclaimed(ctx, e)
         and not _stopped_from_outside(e)
         and not (e["kind"] == "traceback_start" and _explained(ctx, headers.get((e["sid"], e["line"]))))
+        and not (e["kind"] == "traceback_start" and _after_a_stop_signal(ctx, e))
+        and not (e["kind"] == "nccl_error_return" and _nccl_went_on(ctx, e))
     ]
     # A traceback is told by the line that ends it (its exception); a header stays only where the traceback is cut off.
     ends = {(x["sid"], x["line"]) for x in candidates}
@@ -157,6 +166,26 @@ def _near_the_end(ctx: Context, e: dict[str, Any]) -> bool:
 
 def _key(e: dict[str, Any] | None) -> tuple[int, int] | None:
     return (e["sid"], e["line"]) if e is not None else None
+
+
+def _after_a_stop_signal(ctx: Context, e: dict[str, Any]) -> bool:
+    """A traceback right after torchrun said it received a death signal (SIGINT, SIGTERM from outside) is torchrun
+    unwinding: the job was stopped, it did not fail."""
+    return any(
+        x["sid"] == e["sid"] and 0 < e["line"] - x["line"] <= STOP_SIGNAL_SPAN
+        for x in ctx.by_kind.get("agent_death_signal", [])
+    )
+
+
+def _nccl_went_on(ctx: Context, e: dict[str, Any]) -> bool:
+    """NCCL traces a failed call ("include/net.h:19 -> 2") also when it handles it: a process whose next lines go on
+    with its setup (NCCL INFO lines of the same process that are not part of the trace) did not fail there."""
+    process = _NCCL_PROCESS.match(e["text"])
+    if process is None:
+        return False
+    after = [text for line, text in ctx.aligned.contexts.get((e["sid"], e["line"]), []) if line > e["line"]]
+    own = [text for text in after if text.startswith(process.group(0)) and "NCCL INFO" in text]
+    return bool(own) and not any(_NCCL_TRACE.search(text) or "NCCL WARN" in text for text in own)
 
 
 def _stopped_from_outside(e: dict[str, Any] | None) -> bool:

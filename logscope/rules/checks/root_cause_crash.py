@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from logscope.events.catalogue import catalogue
 from logscope.rules.api import COMM_FAMILY, RENDEZVOUS_FAMILY, Context, Hit, Rule, check
 from logscope.rules.checks.failures import (
     COMM_KINDS,
@@ -38,6 +39,9 @@ CAUSE_PREFERENCE = {
     "child_failure": 5,
     "worker_failed": 6,  # the agent's one-line "failed (exitcode: N) local_rank: K": the summary says more
 }
+# The watchdog's own lines (a timeout, "taking the entire process down") this close above an abort caused it.
+WATCHDOG_ABORT_SPAN = 40
+TEARDOWN_OR_TIMEOUT = catalogue().tagged("teardown", "timeout")
 # An unranked exception this many lines below a frame of torchrun's rendezvous code is that traceback's end.
 LAUNCHER_TRACEBACK_SPAN = 60
 
@@ -84,7 +88,7 @@ def _own_failures(ctx: Context, events: list[dict[str, Any]]) -> list[dict[str, 
         elif kind in ("python_exception", "error_file"):
             own = _exception_is_own(ctx, e, victims)
         elif kind == "fatal_python_error":
-            own = e["rank"] not in victims
+            own = e["rank"] not in victims and not _watchdog_took_it_down(ctx, e)
         elif kind == "hydra_job_error":
             own = _hydra_error_is_own(ctx, e, victims, causes)
         else:
@@ -92,6 +96,18 @@ def _own_failures(ctx: Context, events: list[dict[str, Any]]) -> list[dict[str, 
         if own:
             causes.append(e)
     return causes
+
+
+def _watchdog_took_it_down(ctx: Context, e: dict[str, Any]) -> bool:
+    """ "Fatal Python error: Aborted" right after its process's watchdog timed out or said it is "taking the entire
+    process down": the abort is the watchdog's, the timeout is the failure (LS101 reports it)."""
+    return any(
+        x["sid"] == e["sid"]
+        and (x["rank"] == e["rank"] or None in (x["rank"], e["rank"]))
+        and 0 < e["line"] - x["line"] <= WATCHDOG_ABORT_SPAN
+        for kind in TEARDOWN_OR_TIMEOUT
+        for x in ctx.by_kind.get(kind, [])
+    )
 
 
 def _victim_ranks(ctx: Context) -> set[int | None]:
