@@ -47,6 +47,7 @@ NOT_A_CAUSE_EXC = (
     "DistStoreError",
     "DistNetworkError",
     "ChildFailedError",
+    "ProcessRaisedException",  # mp.spawn's parent re-raising a child's exception, which follows it
     "WorkerGroupError",  # Ray Train's driver: "Training failed due to worker errors" (the workers' own come first)
     "ActorDiedError",  # Ray's report that another process (an actor) died: the raylet's line names which
     "KeyboardInterrupt",
