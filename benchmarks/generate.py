@@ -200,7 +200,9 @@ class Writer:
         self.epoch = SlotKind(lambda rep, j: str(rep * self.epochs_per_rep + int(j)))
         self.fingerprints_per_rep = 1
         self.fingerprint_base = 0  # SequenceNumber of the stream's first fingerprint (`write_fingerprints`)
-        self.fingerprint_seq = SlotKind(lambda rep, j: str(self.fingerprint_base + rep * self.fingerprints_per_rep + int(j)))
+        self.fingerprint_seq = SlotKind(
+            lambda rep, j: str(self.fingerprint_base + rep * self.fingerprints_per_rep + int(j))
+        )
         self.c10_info_time = SlotKind(self._c10_info_time)
 
     def _iteration_header(self, rep: int, j: float) -> str:
@@ -321,7 +323,9 @@ class Writer:
         every rank runs the same collective at the same SequenceNumber."""
         self.t.text(f"{self.prefix}[rank{who.rank}]:")
         self.t.slot(self.c10_info_time, frac, 26)
-        self.t.text(f"ProcessGroupWrapper.cpp:710] [Rank {who.rank}] Running collective: CollectiveFingerPrint(SequenceNumber=")
+        self.t.text(
+            f"ProcessGroupWrapper.cpp:710] [Rank {who.rank}] Running collective: CollectiveFingerPrint(SequenceNumber="
+        )
         self.t.slot(self.fingerprint_seq, j, 8)
         self.t.text(
             ", OpType=ALLREDUCE, TensorShape=[46988], TensorDtypes=Float, TensorDeviceTypes=TensorOptions("
