@@ -872,7 +872,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for name in STANDARD_CASES:
             case = parse_case(name)
-            print(f"{name:12} {case.layout:8} {case.ranks:5} ranks  {case.nominal_bytes / 2**20:8.0f} MiB")
+            print(f"{name:14} {case.layout:8} {case.ranks:5} ranks  {case.nominal_bytes / 2**20:8.0f} MiB")
         return 0
     try:
         cases = [parse_case(name) for name in args.cases]
@@ -883,7 +883,7 @@ def main(argv: list[str] | None = None) -> int:
         m = generate(case, args.seed, args.force)
         rate = m.bytes / 2**20 / m.seconds if m.seconds else float("inf")
         print(
-            f"{m.case:12} {m.bytes / 2**20:9.1f} MiB in {m.files:5} files, {m.seconds:6.1f} s "
+            f"{m.case:14} {m.bytes / 2**20:9.1f} MiB in {m.files:5} files, {m.seconds:6.1f} s "
             f"({rate:.0f} MiB/s)  -> {case_dir(case) / m.analyze_path}"
         )
     return 0
