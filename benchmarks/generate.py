@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -47,6 +47,7 @@ class Case:
     layout: str  # "tree" | "console" | "targz"
     ranks: int
     bytes_per_rank: int
+    dense: bool = False  # the debug settings of a hang hunt: a third to a half of the lines are events
 
     @property
     def nominal_bytes(self) -> int:
@@ -61,7 +62,13 @@ def parse_size(text: str) -> int:
 
 
 def parse_case(name: str) -> Case:
-    """`<N>x<size>`: per-rank tree; `single-<size>`: one console file of 8 ranks; `targz-<size>`: archive."""
+    """`<N>x<size>`: per-rank tree; `single-<size>`: one console file of 8 ranks; `targz-<size>`: archive;
+    `dense-<N>x<size>`: a per-rank tree written with the debug settings on (`write_dense_rank`)."""
+    if name.startswith("dense-"):
+        tree = parse_case(name[len("dense-") :])
+        if tree.layout != "tree":
+            raise ValueError(f"unknown case {name!r} (a dense case is a tree: e.g. dense-8x64MB)")
+        return Case(name, "tree", tree.ranks, tree.bytes_per_rank, dense=True)
     if name.startswith("single-"):
         return Case(name, "console", RANKS_PER_NODE, parse_size(name[len("single-") :]) // RANKS_PER_NODE)
     if name.startswith("targz-"):
@@ -72,7 +79,7 @@ def parse_case(name: str) -> Case:
     return Case(name, "tree", int(ranks), parse_size(size))
 
 
-STANDARD_CASES = ("8x128MB", "8x1GB", "1024x256KB", "single-2GB", "targz-1GB")
+STANDARD_CASES = ("8x128MB", "8x1GB", "1024x256KB", "single-2GB", "targz-1GB", "dense-8x128MB")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -191,11 +198,22 @@ class Writer:
         self.elapsed = SlotKind(lambda rep, frac: hms(self.timeline.at(rep, frac) - RUN_START))
         self.eta = SlotKind(lambda rep, frac: hms(RUN_START + RUN_SECONDS - self.timeline.at(rep, frac)))
         self.epoch = SlotKind(lambda rep, j: str(rep * self.epochs_per_rep + int(j)))
+        self.fingerprints_per_rep = 1
+        self.fingerprint_base = 0  # SequenceNumber of the stream's first fingerprint (`write_fingerprints`)
+        self.fingerprint_seq = SlotKind(
+            lambda rep, j: str(self.fingerprint_base + rep * self.fingerprints_per_rep + int(j))
+        )
+        self.c10_info_time = SlotKind(self._c10_info_time)
 
     def _iteration_header(self, rep: int, j: float) -> str:
         it = rep * self.iters_per_rep + int(j)
         title = f" \033[1m Learning iteration {it}/{self.iterations_total} \033[0m "
         return title.center(80, " ")
+
+    def _c10_info_time(self, rep: int, frac: float) -> str:
+        """`[I709 08:00:00.123456789 `: c10's INFO header up to the source file (see `c10_header`)."""
+        epoch = self.timeline.at(rep, frac)
+        return c10_header(epoch, int(epoch % 1 * 1e9), "I", "")[:-2]
 
     def line(self, text: str) -> None:
         self.t.text(self.prefix + text + "\n")
@@ -295,6 +313,77 @@ class Writer:
         self.t.text(f"\n{self.prefix}{'ETA:':>{pad}} ")
         self.t.slot(self.eta, frac, 8)
         self.t.text("\n")
+
+    # -- The debug settings of a hang hunt (dense cases) -------------------------------------------------------
+    def fingerprint(self, who: RankIdentity, j: int, frac: float) -> None:
+        """TORCH_DISTRIBUTED_DEBUG=DETAIL: ProcessGroupWrapper's line before every collective. Prefix and
+        wording: real run 21 (shared/real-logs/runs/21_debug_detail_collective_mismatch, stderr.log, torch 2.x);
+        the CUDA tensor's options: NVIDIA/nccl#1160 (fixtures/cases/blind3_nccl_fsdp_example_hang_before_loop);
+        the shape: the one flattened gradient all_reduce of fixtures/gpu/nccl_job.py (46988 parameters), so
+        every rank runs the same collective at the same SequenceNumber."""
+        self.t.text(f"{self.prefix}[rank{who.rank}]:")
+        self.t.slot(self.c10_info_time, frac, 26)
+        self.t.text(
+            f"ProcessGroupWrapper.cpp:710] [Rank {who.rank}] Running collective: CollectiveFingerPrint(SequenceNumber="
+        )
+        self.t.slot(self.fingerprint_seq, j, 8)
+        self.t.text(
+            ", OpType=ALLREDUCE, TensorShape=[46988], TensorDtypes=Float, TensorDeviceTypes=TensorOptions("
+            "dtype=float (default), device=cuda, layout=Strided (default), requires_grad=false (default), "
+            "pinned_memory=false (default), memory_format=(nullopt)))\n"
+        )
+
+    def nccl_coll(self, who: RankIdentity, comm: str, stream: str) -> None:
+        """NCCL_DEBUG_SUBSYS=COLL: NCCL's line for every collective (NVIDIA/nccl#1193,
+        fixtures/cases/r9a_nccl_1193_raytrain_128rank_allreduce_seq5020_timeout: `datatype 7` is float32)."""
+        rng = self.rng
+        buff = f"0x{rng.randrange(0x7F0000000000, 0x7FFFFFFFFFFF):x}"
+        self.line(
+            f"{who.host}:{who.pid}:{who.pid + 1} [{who.local_rank}] NCCL INFO AllReduce: opCount "
+            f"{rng.randrange(0x1000, 0xFFFF):x} sendbuff {buff} recvbuff {buff} count 46988 datatype 7 op 0 root 0 "
+            f"comm {comm} [nranks={who.world}] stream {stream}"
+        )
+
+    def cpp_info_pg(self, who: RankIdentity) -> None:
+        """TORCH_CPP_LOG_LEVEL=INFO: ProcessGroupNCCL's lines when the default group starts, verbatim from
+        fixtures/gpu/healthy_ws2_hostid_cpp_info (torch 2.11, stderr.log lines 2-9) but TORCH_DISTRIBUTED_DEBUG,
+        which is DETAIL here."""
+        r = who.rank
+
+        def c10(step: int, source: str) -> str:
+            return c10_header(RUN_START + step * 0.001, 123187871 + step * 5000, "I", source)
+
+        pg = f"[PG ID 0 PG GUID 0 Rank {r}]"
+        default = f"[rank{r}]:"
+        self.line(
+            c10(0, "ProcessGroupNCCL.cpp:1725") + f"{pg} HeartbeatMonitor environments: TORCH_NCCL_ENABLE_MONITORING "
+            "(Whether to kill program when no watchdog heartbeat detected): 1, TORCH_NCCL_DUMP_ON_TIMEOUT: 1, "
+            "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC: 15000, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC: 480, "
+            "TORCH_NCCL_COORD_CHECK_MILSEC: 1000, TORCH_NCCL_LOG_CPP_STACK_ON_UNCLEAN_SHUTDOWN: 1"
+        )
+        self.line(
+            c10(1, "ProcessGroupNCCL.cpp:2058") + f"{pg} PGNCCL Watchdog environments: TORCH_NCCL_RETHROW_CUDA_ERRORS: "
+            "1, TORCH_NCCL_PROPAGATE_ERROR: 0, TORCH_NCCL_DESYNC_DEBUG: 0"
+        )
+        self.line(
+            c10(2, "ProcessGroupNCCL.cpp:988") + f"{pg} ProcessGroupNCCL initialization options: size: {who.world}, "
+            f"global rank: {r}, TIMEOUT(ms): 600000, USE_HIGH_PRIORITY_STREAM: 0, SPLIT_FROM: 0, SPLIT_COLOR: -2, "
+            "PG Name: 0"
+        )
+        self.line(
+            c10(3, "ProcessGroupNCCL.cpp:999") + f"{pg} ProcessGroupNCCL environments: NCCL version: 2.21.5, "
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING: 1, TORCH_NCCL_ENABLE_TIMING: 0, TORCH_NCCL_BLOCKING_WAIT: 0, "
+            "TORCH_DISTRIBUTED_DEBUG: DETAIL, TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK: 0, "
+            "TORCH_NCCL_TRACE_BUFFER_SIZE: 2000, TORCH_NCCL_NAN_CHECK: 0, TORCH_NCCL_CUDA_EVENT_CACHE: 1"
+        )
+        pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {r}]"
+        self.line(default + c10(4, "ProcessGroupNCCL.cpp:1068") + f"{pg} Using non-blocking mode: 0")
+        self.line(
+            default + c10(5, "ProcessGroupNCCL.cpp:3146") + f"{pg} ProcessGroupNCCL broadcast unique ID through "
+            "store took 0.064149 ms"
+        )
+        self.line(default + c10(6, "NCCLUtils.cpp:91") + f"Rank {r}: creating NCCL communicator with mode: blocking")
+        self.line(default + c10(7, "ProcessGroupNCCL.cpp:3180") + f"{pg} NCCL_DEBUG: INFO")
 
     # -- tqdm to a file: a 10-cell bar, `\r` before every refresh, `\n` on close (isaaclab.md §3.3) ----------
     def tqdm_bar(self, j: int) -> None:
@@ -531,20 +620,112 @@ def write_rank(directory: Path, who: RankIdentity, bytes_per_rank: int, failure:
     return written
 
 
+# --------------------------------------------------------------------------------------------------
+# Dense cases: NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=COLL, TORCH_CPP_LOG_LEVEL=INFO and TORCH_DISTRIBUTED_DEBUG=DETAIL,
+# the settings people turn on when a job hangs. About 40 % of the lines are events (fingerprints, communicator
+# inits, transports): stderr is ProcessGroupWrapper's fingerprint of every collective, stdout NCCL's line for the
+# same collectives between communicator-init blocks (a new communicator for a subgroup or a P2P pair).
+
+DENSE_STDOUT_SHARE = 0.5
+DENSE_SEQ_BASE = 20_000_000  # SequenceNumbers of a long run: eight digits from the first to the last (up to
+# 10 million collectives per rank), so every repetition has one size
+
+
+def build_dense_stdout_template(who: RankIdentity, rng: random.Random, timeline: Timeline, target: int) -> Writer:
+    w = Writer(Template(), timeline, rng, iters_per_rep=0)
+    comm = f"0x{rng.randrange(0x10000000, 0x7FFFFFFF):x}"
+    stream = f"0x{rng.randrange(0x550000000000, 0x56FFFFFFFFFF):x}"
+    iters = 0
+    while w.t.approx_chars < target:
+        frac = w.t.approx_chars / target
+        roll = rng.random()
+        if who.rank == 0 and roll < 0.05:
+            w.rsl_rl_iteration(iters, frac)
+            iters += 1
+        elif roll < 0.06:
+            w.nccl_comm_init(who)
+        elif roll < 0.25:
+            w.kit_warning(frac)
+        else:
+            w.nccl_coll(who, comm, stream)
+    w.iters_per_rep = max(iters, 1)
+    w.t.seal()
+    return w
+
+
+def build_fingerprint_template(who: RankIdentity, rng: random.Random, timeline: Timeline, target: int) -> Writer:
+    w = Writer(Template(), timeline, rng, iters_per_rep=1)
+    count = 0
+    while w.t.approx_chars < target:
+        w.fingerprint(who, count, w.t.approx_chars / target)
+        count += 1
+    w.fingerprints_per_rep = count
+    w.t.seal()
+    return w
+
+
+def write_fingerprints(out: BinaryIO, writer: Writer, body_bytes: int, last_seq: int) -> int:
+    """`write_stream`, the fingerprints numbered so that the last one written is `last_seq` (every repetition
+    has the same size: the numbers have as many digits)."""
+    writer.fingerprint_base = last_seq  # as many digits as the final numbers, so the sizes below are theirs
+    size0 = len(writer.t.render(0))
+    reps = body_bytes // max(size0, 1)
+    cut = writer.t.render(reps)[: max(body_bytes - reps * size0, 0)]
+    written = reps * writer.fingerprints_per_rep + cut[: cut.rfind(b"\n") + 1].count(b"Running collective")
+    writer.fingerprint_base = last_seq - written + 1
+    return write_stream(out, writer, body_bytes, b"")
+
+
+def write_dense_rank(directory: Path, who: RankIdentity, bytes_per_rank: int, failure: Failure, seed: int) -> int:
+    """A rank of a dense case: every rank's last fingerprint is the SequenceNumber the watchdogs time out on, but
+    the culprit's, which is one behind (it never reached that collective)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(f"{seed}:dense:{who.rank}")
+    out_target = int(bytes_per_rank * DENSE_STDOUT_SHARE)
+    err_target = bytes_per_rank - out_target
+    written = 0
+    with open(directory / "stdout.log", "wb", buffering=0) as out:
+        header = rank_header(who, rng)
+        writer = build_dense_stdout_template(who, rng, Timeline(), min(TEMPLATE_BYTES, out_target))
+        written += write_stream(out, writer, max(out_target - len(header), 0), header)
+    with open(directory / "stderr.log", "wb", buffering=0) as err:
+        head = Writer(Template(), Timeline(), rng, iters_per_rep=1)
+        head.cpp_info_pg(who)
+        head.t.seal()
+        header = head.t.render(0)
+        err.write(header)
+        tail = ""
+        if who.rank == failure.culprit or who.rank in failure.detectors:
+            tail = "".join(line + "\n" for line in cascade_lines(who, failure, rng))
+        tail_bytes = tail.encode("utf-8")
+        writer = build_fingerprint_template(who, rng, Timeline(), min(TEMPLATE_BYTES, err_target))
+        last_seq = failure.seq - 1 if who.rank == failure.culprit else failure.seq
+        body = max(err_target - len(header) - len(tail_bytes), 0)
+        written += len(header) + write_fingerprints(err, writer, body, last_seq)
+        err.write(tail_bytes)
+        written += len(tail_bytes)
+    return written
+
+
 def run_dir_name(seed: int, node: int) -> str:
     rng = random.Random(f"{seed}:rundir:{node}")
     return "none_" + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789_") for _ in range(8))
 
 
-def generate_tree(root: Path, ranks: int, bytes_per_rank: int, seed: int) -> tuple[int, int, Failure]:
+def generate_tree(
+    root: Path, ranks: int, bytes_per_rank: int, seed: int, dense: bool = False
+) -> tuple[int, int, Failure]:
     """torchrun --log_dir layout; a multi-node job gets one log dir per node (`node<NNN>/`), one per agent."""
     failure = plan_failure(ranks, seed)
+    if dense:
+        failure = replace(failure, seq=failure.seq + DENSE_SEQ_BASE)
+    write = write_dense_rank if dense else write_rank
     total = files = 0
     for rank in range(ranks):
         who = identity(rank, ranks, seed)
         node_root = root / f"node{who.node:03d}" if ranks > RANKS_PER_NODE else root
         directory = node_root / run_dir_name(seed, who.node) / "attempt_0" / str(who.local_rank)
-        total += write_rank(directory, who, bytes_per_rank, failure, seed)
+        total += write(directory, who, bytes_per_rank, failure, seed)
         files += 2
     return total, files, failure
 
@@ -648,7 +829,7 @@ def generate(case: Case, seed: int = 0, force: bool = False) -> Manifest:
     started = time.perf_counter()
     archive_bytes: int | None = None
     if case.layout == "tree":
-        total, files, failure = generate_tree(root / "logs", case.ranks, case.bytes_per_rank, seed)
+        total, files, failure = generate_tree(root / "logs", case.ranks, case.bytes_per_rank, seed, case.dense)
         analyze_path = "logs"
     elif case.layout == "console":
         total, failure = generate_console(root / "console.log", case.ranks, case.bytes_per_rank, seed)
@@ -691,7 +872,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for name in STANDARD_CASES:
             case = parse_case(name)
-            print(f"{name:12} {case.layout:8} {case.ranks:5} ranks  {case.nominal_bytes / 2**20:8.0f} MiB")
+            print(f"{name:14} {case.layout:8} {case.ranks:5} ranks  {case.nominal_bytes / 2**20:8.0f} MiB")
         return 0
     try:
         cases = [parse_case(name) for name in args.cases]
@@ -702,7 +883,7 @@ def main(argv: list[str] | None = None) -> int:
         m = generate(case, args.seed, args.force)
         rate = m.bytes / 2**20 / m.seconds if m.seconds else float("inf")
         print(
-            f"{m.case:12} {m.bytes / 2**20:9.1f} MiB in {m.files:5} files, {m.seconds:6.1f} s "
+            f"{m.case:14} {m.bytes / 2**20:9.1f} MiB in {m.files:5} files, {m.seconds:6.1f} s "
             f"({rate:.0f} MiB/s)  -> {case_dir(case) / m.analyze_path}"
         )
     return 0

@@ -375,13 +375,13 @@ def table(results: list[CaseResult]) -> str:
 
 def linearity(results: list[CaseResult]) -> list[dict[str, Any]]:
     """Per rank count with >= 2 sizes of the tree shape: s/GiB, and a least-squares fit t = a + b * GiB."""
-    groups: dict[int, list[CaseResult]] = {}
+    groups: dict[tuple[bool, int], list[CaseResult]] = {}  # dense and standard trees are fitted apart
     for r in results:
         case = generate.parse_case(r.case)
         if case.layout == "tree" and r.logscope.median_s is not None:
-            groups.setdefault(case.ranks, []).append(r)
+            groups.setdefault((case.dense, case.ranks), []).append(r)
     report = []
-    for ranks, members in sorted(groups.items()):
+    for (dense, ranks), members in sorted(groups.items()):
         if len(members) < 2:
             continue
         members.sort(key=lambda r: r.bytes)
@@ -396,6 +396,7 @@ def linearity(results: list[CaseResult]) -> list[dict[str, Any]]:
         report.append(
             {
                 "ranks": ranks,
+                "dense": dense,
                 "points": [
                     {"case": r.case, "gib": x, "seconds": y, "s_per_gib": y / x}
                     for r, x, y in zip(members, xs, ys, strict=True)
@@ -412,7 +413,8 @@ def linearity_text(report: list[dict[str, Any]]) -> str:
     lines = []
     for group in report:
         lines.append(
-            f"linearity, {group['ranks']} ranks: t = {group['fit_intercept_s']:.2f} s + "
+            f"linearity, {group['ranks']} ranks{' (dense)' if group['dense'] else ''}: "
+            f"t = {group['fit_intercept_s']:.2f} s + "
             f"{group['fit_s_per_gib']:.2f} s/GiB × size   (R² = {group['r_squared']:.4f})"
         )
         for p in group["points"]:
@@ -423,7 +425,7 @@ def linearity_text(report: list[dict[str, Any]]) -> str:
 def targets(results: list[CaseResult], lin: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_case = {r.case: r for r in results}
     checks: list[dict[str, Any]] = []
-    for name in ("8x128MB", "8x1GB"):
+    for name in ("8x128MB", "8x1GB", "dense-8x128MB"):
         ratio = by_case[name].ratio if name in by_case else None
         if ratio is not None:
             checks.append(
@@ -454,7 +456,8 @@ def targets(results: list[CaseResult], lin: list[dict[str, Any]]) -> list[dict[s
             spread = max(slopes) / min(slopes)
             checks.append(
                 {
-                    "target": f"linear time ({group['ranks']} ranks): s/GiB step spread <= {TARGET_LINEAR}",
+                    "target": f"linear time ({group['ranks']} ranks{' dense' if group['dense'] else ''}): "
+                    f"s/GiB step spread <= {TARGET_LINEAR}",
                     "value": spread,
                     "met": spread <= TARGET_LINEAR,
                 }

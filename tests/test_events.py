@@ -168,3 +168,10 @@ def test_every_signature_compiles_in_both_engines(sig: Signature) -> None:
     assert sig.pattern.pattern == sig.pattern_text
     assert sig.prefilter_re.pattern == sig.prefilter
     pl.DataFrame({"t": ["x"]}).select(pl.col("t").str.contains(sig.prefilter))  # polars' Rust regex, as the scan
+
+
+@pytest.mark.parametrize("sig", catalogue().signatures, ids=lambda s: s.kind)
+def test_no_prefilter_has_a_word_boundary(sig: Signature) -> None:
+    # Rust's fast engines cannot take a Unicode word boundary on non-ASCII text: one `\b` in the union sends every
+    # line with a non-ASCII character (a tqdm bar's blocks) to the slow engine, a hundred times slower.
+    assert "\\b" not in sig.prefilter and "\\B" not in sig.prefilter
