@@ -128,8 +128,8 @@ def test_normalise_strips_stacked_prefixes() -> None:
     line = normalise(
         "(RayWorkerWrapper pid=270291, ip=10.175.94.190) [default3]:[rank3]:[E219 08:58:32.606667496 ProcessGroupNCCL.cpp:1785] [PG ID 2 PG GUID 3 Rank 3] x"
     )
-    assert (line.actor, line.tee_local_rank, line.grank, line.level) == (
-        "RayWorkerWrapper pid=270291, ip=10.175.94.190",
+    assert (line.actor_pid, line.tee_local_rank, line.grank, line.level) == (
+        270291,
         3,
         3,
         "error",
