@@ -46,3 +46,12 @@ def test_verdict_matches_the_scenario(run: Path) -> None:
     assert verdict["category"] == label["expected_category"]
     if label["expected_culprits"] is not None:
         assert verdict["culprit_ranks"] == sorted(label["expected_culprits"])
+
+
+def test_a_scripts_rank_tag_names_the_lines_rank() -> None:
+    """accelerate's console has no rank prefixes; the script tags its own messages "[RANK 0] ..." after its logger's
+    prefix, and those lines are rank 0's."""
+    events = analyze(ROOT / "fixtures" / "blind_runs" / "r11d_accel_rank0_sleeps_past_timeout").events
+    tagged = events.filter(events["text"].str.starts_with("[RANK 0] "))
+    assert tagged.height >= 3
+    assert tagged["rank"].to_list() == [0] * tagged.height

@@ -175,3 +175,14 @@ def test_no_prefilter_has_a_word_boundary(sig: Signature) -> None:
     # Rust's fast engines cannot take a Unicode word boundary on non-ASCII text: one `\b` in the union sends every
     # line with a non-ASCII character (a tqdm bar's blocks) to the slow engine, a hundred times slower.
     assert "\\b" not in sig.prefilter and "\\B" not in sig.prefilter
+
+
+def test_normalise_strips_the_asctime_levelname_name_logger_format() -> None:
+    # transformers' and accelerate's examples log with "%(asctime)s - %(levelname)s - %(name)s - %(message)s"
+    # (a real line of fixtures/blind_runs/r11d_accel_rank0_sleeps_past_timeout/node0/console.log)
+    line = normalise("2026-12-05 06:12:13,332 - INFO - __main__ - [RANK 0] epoch 0 step 5 loss 0.6595 (n=32)")
+    assert (line.text, line.level, line.ts_text) == (
+        "[RANK 0] epoch 0 step 5 loss 0.6595 (n=32)",
+        "info",
+        "2026-12-05 06:12:13",
+    )

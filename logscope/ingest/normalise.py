@@ -74,7 +74,9 @@ _LEVEL_STARTS = tuple(p + w for p in ("", " ") for w in ("DEBUG", "INFO", "WARNI
 # %(levelname)s: " (maskrcnn-benchmark's and many research codes' format: "... maskrcnn_benchmark.trainer INFO: ").
 _PY_GENERIC = re.compile(
     r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[,.]\d+)? (?:\[(?P<lvl>[A-Z]+)\]|(?P<lvl2>[A-Z]{4,8})|"
-    r"- [\w.]+ - (?P<lvl3>[A-Z]+) -|[\w.]+ (?P<lvl4>DEBUG|INFO|WARNING|ERROR|CRITICAL):) "
+    r"- [\w.]+ - (?P<lvl3>[A-Z]+) -|[\w.]+ (?P<lvl4>DEBUG|INFO|WARNING|ERROR|CRITICAL):|"
+    # %(asctime)s - %(levelname)s - %(name)s - %(message)s, the format of transformers' and accelerate's examples
+    r"- (?P<lvl5>DEBUG|INFO|WARNING|ERROR|CRITICAL) - [\w.]+ -) "
 )
 
 _SEVERITY = {"F": "error", "E": "error", "C": "error", "W": "warning", "I": "info", "V": "info", "D": "info"}
@@ -174,7 +176,7 @@ def normalise(raw: str) -> Line:
         elif text[:1].isdigit():
             if (m := _KIT.match(text)) is not None or (m := _PY_GENERIC.match(text)) is not None:
                 found = m.groupdict()
-                lvl = found.get("lvl") or found.get("lvl2") or found.get("lvl3") or found.get("lvl4")
+                lvl = next((found[k] for k in ("lvl", "lvl2", "lvl3", "lvl4", "lvl5") if found.get(k)), None)
                 line.level = _LEVEL_WORD.get(lvl or "", line.level)
                 line.ts_text, line.ts = f"{m['date']} {m['hms']}", _epoch(m["date"], m["hms"])
                 prefixes.append("kit" if m.re is _KIT else "logging")
