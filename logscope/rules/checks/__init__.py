@@ -40,5 +40,6 @@ from logscope.rules.checks import (  # noqa: F401  (each module registers its ch
     stall,
     store_lost_after_world_formed,
     store_lost_before_world_formed,
+    timeout_at_param_sync,
     world_never_formed,
 )

@@ -1,0 +1,39 @@
+"""The check `timeout_at_param_sync`, behind LS306 (rules/LS306_timeout_at_param_sync.yaml): a rank's first collective
+after the framework's parameter-sync line timed out, and a rank of the world never printed that line: it never
+reached the sync, and the others waited for it there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logscope.rules.api import Context, Hit, Rule, check
+from logscope.vocab import PHASE_ORDER, Phase
+
+
+@check("timeout_at_param_sync")
+def timeout_at_param_sync(
+    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
+) -> Hit | None:
+    """Timeouts on ranks whose last line before them is their sync line (nothing of training in between), and the
+    ranks of the world with no sync line: those never reached the sync."""
+    synced = {e["rank"]: e for e in ctx.by_kind.get("sync_start", []) if e["rank"] is not None}
+    world = ctx.job.get("world_size")
+    if not synced or not isinstance(world, int) or world < 2:
+        return None
+    waiting = [e for e in events if e["rank"] in synced and _timed_out_in_the_sync(ctx, e)]
+    absent = sorted(set(range(world)) - set(synced))
+    if not waiting or not absent:
+        return None
+    first = synced[min(synced)]
+    return Hit(
+        [*waiting, first],
+        {e["rank"] for e in waiting},
+        culprits=absent,
+        values={"sync_line": first["text"], "waiting": sorted({e["rank"] for e in waiting}), "absent": absent},
+    )
+
+
+def _timed_out_in_the_sync(ctx: Context, timeout: dict[str, Any]) -> bool:
+    """The rank's own lines before the timeout stop at the sync phase: no training line came between."""
+    state = ctx.states.get(timeout["rank"])
+    return state is not None and state.progress_count == 0 and state.furthest <= PHASE_ORDER[Phase.SYNC]
