@@ -50,6 +50,7 @@ NOT_A_CAUSE_EXC = (
     "ProcessRaisedException",  # mp.spawn's parent re-raising a child's exception, which follows it
     "WorkerGroupError",  # Ray Train's driver: "Training failed due to worker errors" (the workers' own come first)
     "ActorDiedError",  # Ray's report that another process (an actor) died: the raylet's line names which
+    "GetTimeoutError",  # Ray's driver gave up waiting for a result: the worker it waited for is the story
     "KeyboardInterrupt",
     "SignalException",
 )
