@@ -22,6 +22,7 @@ from logscope.align.values import int_list, int_or_none, int_ranges
 from logscope.events.catalogue import catalogue
 from logscope.events.extract import Extraction
 from logscope.events.table import events_frame
+from logscope.ingest.normalise import nccl_process
 from logscope.ingest.read import SourceStats
 from logscope.ingest.sources import Source
 from logscope.vocab import PHASE_ORDER
@@ -46,7 +47,6 @@ NAMES_RANK = {s.kind: s.names_rank for s in catalogue().signatures if s.names_ra
 # A training script's rank tag at the start of its message, after any logger prefix: "[RANK 0] ...", "[rank 1] ...".
 _RANK_TAG = regex.compile(r"\[(?:RANK|Rank|rank)[ _]?(\d{1,5})\] ")
 # NCCL's record prefix ("node:2134736:2285781 [0] ...": host, pid, thread, device) and its proxy thread's own rank.
-_NCCL_RECORD = regex.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] ")
 _PROXY_RANK = regex.compile(r"\[Proxy Service (\d+)\]")
 # A source and, in a console with tee prefixes, the local rank a line is prefixed with.
 Stream = tuple[int, int | None]
@@ -557,14 +557,13 @@ class _Builder:
         R nranks N" line, or else from its proxy thread's "[Proxy Service R]"; its unranked lines then get it."""
         inits = (r["_f"] for r in self.rows if r["kind"] == "nccl_comm_init")
         world = max((int_or_none(f.get("nranks")) or 0 for f in inits), default=0)
-        known: dict[tuple[str, str], set[int]] = defaultdict(set)
-        proxies: dict[tuple[str, str], set[int]] = defaultdict(set)
-        unranked: list[tuple[tuple[str, str], dict[str, Any]]] = []
+        known: dict[str, set[int]] = defaultdict(set)
+        proxies: dict[str, set[int]] = defaultdict(set)
+        unranked: list[tuple[str, dict[str, Any]]] = []
         for row in self.rows:
-            m = _NCCL_RECORD.match(row["text"])
-            if m is None:
+            process = nccl_process(row["text"])
+            if process is None:
                 continue
-            process = (m["host"], m["pid"])
             f = row["_f"]
             if row["rank"] is not None:
                 known[process].add(row["rank"])

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from logscope.align.values import int_or_none
 from logscope.events.catalogue import catalogue
 from logscope.vocab import PHASE_ORDER, Phase
 
@@ -132,13 +133,6 @@ class RankState:
         return max(known) if known else None
 
 
-def _int(value: Any) -> int | None:
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return None
-
-
 def build_states(
     rows: list[dict[str, Any]], rank_rows: list[dict[str, Any]], complete_ranks: set[int]
 ) -> dict[int, RankState]:
@@ -194,7 +188,7 @@ def build_states(
             ):
                 state.first_error, state.first_error_clock = row, when
         if kind == "error_file" and state.exit_clock is None:
-            stamp = _int(row["_f"].get("timestamp"))
+            stamp = int_or_none(row["_f"].get("timestamp"))
             if stamp is not None:
                 state.exit_clock = clock({"ts": float(stamp), "ts_text": None})
         if kind in COLLECTIVE_KINDS:
@@ -212,7 +206,7 @@ def _note_collective(state: RankState, row: dict[str, Any]) -> None:
         c.numel_out = row["numel_out"] if row["numel_out"] is not None else c.numel_out
     f = row["_f"]
     for name in ("enqueued", "completed"):
-        value = _int(f.get(name))
+        value = int_or_none(f.get(name))
         if value is not None and 0 <= value < 1 << 40:
             current = getattr(c, name)
             setattr(c, name, value if current is None else max(current, value))
@@ -261,8 +255,8 @@ def _is_end(row: dict[str, Any]) -> bool:
 
 def _at_last_step(row: dict[str, Any]) -> bool:
     f = row["_f"]
-    total = _int(f.get("total"))
-    done = _int(f.get("iteration") if f.get("iteration") is not None else f.get("step"))
+    total = int_or_none(f.get("total"))
+    done = int_or_none(f.get("iteration") if f.get("iteration") is not None else f.get("step"))
     if total is None or done is None or total <= 1:
         return False
     # rsl_rl counts iterations from 0 ("Learning iteration 5/6" is the last); progress bars count to the total.

@@ -16,6 +16,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 _CI_TS = re.compile(r"\[?(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)\]?:? ")
 _VIEWER_NO = re.compile(r" {0,7}\d{1,7}(?:\t| ?[|│] ?)")
+# NCCL's record prefix, which stays in a line's text: "host:pid:tid [dev] ", the process a line comes from.
+NCCL_RECORD = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] ")
 _RAY = re.compile(r"\([A-Za-z_]\w* pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\) ")
 _TEE = re.compile(r"\[(?!rank\d+\]:)(?P<role>[A-Za-z_][\w.-]*?)(?P<lrank>\d+)\]:")
 # torchrun's --log-line-prefix-template "${role_name}${rank}|${local_rank}": "[trainer3|1]:" (global 3, local 1).
@@ -261,3 +263,9 @@ def log_records(lines: Iterable[str]) -> int:
                 count += 1
                 break
     return count
+
+
+def nccl_process(text: str) -> str | None:
+    """ "host:pid" of a line NCCL printed, from its record prefix; None for any other line."""
+    m = NCCL_RECORD.match(text)
+    return f"{m['host']}:{m['pid']}" if m is not None else None

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-import regex
-
 from logscope.align.model import Aligned
+from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import API_OPTYPE, CHECKS, Context, Hit, Rule, breaks_own_pattern
 from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER
 
@@ -314,10 +313,6 @@ CONDITIONS = {
 }
 
 
-# NCCL's record prefix, "host:pid:tid [dev] ": the process a line comes from.
-_NCCL_PROCESS = regex.compile(r"([\w.-]+:\d+):\d+ \[\d+\] ")
-
-
 # ---------------------------------------------------------------------------------------------- culprits
 def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if hit.culprits is not None:
@@ -436,8 +431,8 @@ def _alive_without_timeout(ctx: Context, rank: int, erred: set[int]) -> bool:
         return True
     ranks_of_process: dict[str, set[int | None]] = defaultdict(set)
     for e in ctx.rows:
-        if (m := _NCCL_PROCESS.match(e["text"])) is not None:
-            ranks_of_process[m[1]].add(e["rank"])
+        if (process := nccl_process(e["text"])) is not None:
+            ranks_of_process[process].add(e["rank"])
     return any(ranks == {None} for ranks in ranks_of_process.values())
 
 

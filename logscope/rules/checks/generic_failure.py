@@ -13,6 +13,7 @@ from typing import Any
 import regex
 
 from logscope.align.values import int_ranges
+from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import LEAD_FAMILY, REMOTE_KINDS, Context, Hit, Rule, check, family_category
 from logscope.rules.checks.failures import NOT_A_CAUSE_EXC, describe, message_kind, warned_before
 from logscope.vocab import Severity, at_least
@@ -21,8 +22,6 @@ from logscope.vocab import Severity, at_least
 STOPPED_FROM_OUTSIDE_EXC = ("KeyboardInterrupt", "SignalException")
 # A traceback this close below torchrun's "Received N death signal" is torchrun's own, unwinding from the stop.
 STOP_SIGNAL_SPAN = 40
-# NCCL's record prefix, "host:pid:tid ": the process a line comes from.
-_NCCL_PROCESS = regex.compile(r"[\w.-]+:\d+:")
 _NCCL_TRACE = regex.compile(r"\.(?:cc|cu|h):\d+ -> \d")
 # A line this close to the end of its file is where that file stops.
 LAST_LINES = 3
@@ -180,11 +179,11 @@ def _after_a_stop_signal(ctx: Context, e: dict[str, Any]) -> bool:
 def _nccl_went_on(ctx: Context, e: dict[str, Any]) -> bool:
     """NCCL traces a failed call ("include/net.h:19 -> 2") also when it handles it: a process whose next lines go on
     with its setup (NCCL INFO lines of the same process that are not part of the trace) did not fail there."""
-    process = _NCCL_PROCESS.match(e["text"])
+    process = nccl_process(e["text"])
     if process is None:
         return False
     after = [text for line, text in ctx.aligned.contexts.get((e["sid"], e["line"]), []) if line > e["line"]]
-    own = [text for text in after if text.startswith(process.group(0)) and "NCCL INFO" in text]
+    own = [text for text in after if nccl_process(text) == process and "NCCL INFO" in text]
     return bool(own) and not any(_NCCL_TRACE.search(text) or "NCCL WARN" in text for text in own)
 
 

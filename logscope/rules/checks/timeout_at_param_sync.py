@@ -11,9 +11,7 @@ from logscope.vocab import PHASE_ORDER, Phase
 
 
 @check("timeout_at_param_sync")
-def timeout_at_param_sync(
-    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
-) -> Hit | None:
+def timeout_at_param_sync(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
     """Timeouts on ranks whose last line before them is their sync line (nothing of training in between), and the
     ranks of the world with no sync line: those never reached the sync."""
     synced = {e["rank"]: e for e in ctx.by_kind.get("sync_start", []) if e["rank"] is not None}
