@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -151,7 +151,7 @@ def _log_shaped(inventory: Inventory) -> bool:
     return False
 
 
-def _rank_json(row: dict[str, object]) -> dict[str, object]:
+def _rank_json(row: Mapping[str, object]) -> dict[str, object]:
     keys = (
         "rank",
         "node",

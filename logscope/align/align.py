@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import signal as signal_module
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 import regex
@@ -25,7 +25,7 @@ from logscope.events.table import events_frame
 from logscope.ingest.normalise import nccl_process
 from logscope.ingest.read import SourceStats
 from logscope.ingest.sources import Source
-from logscope.vocab import PHASE_ORDER
+from logscope.vocab import PHASE_ORDER, Event, RankRow
 
 # ProcessGroupNCCL's own prefix on a line of the default process group (PG ID 0), whose rank is the global rank:
 # "[PG ID 0 PG GUID 0(default_pg) Rank 2]" (torch >= 2.4), "[PG ID 0 PG GUID 0 Rank 2]".
@@ -78,7 +78,7 @@ def _entry(per: dict[int, dict[str, Any]], rank: int) -> dict[str, Any]:
     return per[rank]
 
 
-def _fold_presence(entry: dict[str, Any], row: dict[str, Any]) -> None:
+def _fold_presence(entry: dict[str, Any], row: Event) -> None:
     entry["sources"].add(row["source"])
     if row["kind"] not in AGENT_KINDS:  # torchrun's report about a rank is not a line of the rank's own
         entry["events"] += 1
@@ -88,7 +88,7 @@ def _fold_presence(entry: dict[str, Any], row: dict[str, Any]) -> None:
         entry["attempt"] = max(entry["attempt"] or 0, row["attempt"])
 
 
-def _fold_progress(entry: dict[str, Any], row: dict[str, Any], in_final: bool) -> None:
+def _fold_progress(entry: dict[str, Any], row: Event, in_final: bool) -> None:
     kind = row["kind"]
     if row["level"] != "benign" and kind not in ("child_failure", "worker_failed"):
         # Rows come file by file (stdout, then stderr), not in time: "last" is the latest row of the furthest
@@ -104,7 +104,7 @@ def _fold_progress(entry: dict[str, Any], row: dict[str, Any], in_final: bool) -
         entry["ended"] = True
 
 
-def _fold_collectives(entry: dict[str, Any], row: dict[str, Any]) -> None:
+def _fold_collectives(entry: dict[str, Any], row: Event) -> None:
     """The last SeqNum the rank enqueued and completed on the default process group."""
     kind = row["kind"]
     if kind in ("nccl_pg_status", "nccl_work_progress", "nccl_dump_signal") and (row["pg"] in (None, "0")):
@@ -118,7 +118,7 @@ def _fold_collectives(entry: dict[str, Any], row: dict[str, Any]) -> None:
         entry["last_seq_enqueued"] = max(entry["last_seq_enqueued"] or -1, row["seq"])
 
 
-def _fold_identity(entry: dict[str, Any], row: dict[str, Any]) -> None:
+def _fold_identity(entry: dict[str, Any], row: Event) -> None:
     """Device, bus id, host and declared world size."""
     kind, f = row["kind"], row["_f"]
     if kind == "device_assigned" and f.get("device"):
@@ -134,7 +134,7 @@ def _fold_identity(entry: dict[str, Any], row: dict[str, Any]) -> None:
         entry["host"] = str(f["host"])
 
 
-def _fold_exit(entry: dict[str, Any], row: dict[str, Any], in_final: bool) -> None:
+def _fold_exit(entry: dict[str, Any], row: Event, in_final: bool) -> None:
     """The exit code torchrun reports for the rank's last attempt, and whether the rank itself logged an error."""
     if not in_final:
         return
@@ -164,11 +164,11 @@ class _Builder:
         self.sources = sources
         self.stats = stats
         self.notes: list[str] = list(extraction.notes)
-        self.rows: list[dict[str, Any]] = [dict(row) for row in extraction.rows]  # align fills in rank, phase...
+        self.rows: list[Event] = [row.copy() for row in extraction.rows]  # align fills in rank, phase...
         self.contexts = extraction.contexts
 
     # ------------------------------------------------------------------ streams and ranks
-    def stream_of(self, row: dict[str, Any]) -> Stream:
+    def stream_of(self, row: Event) -> Stream:
         src = self.sources[row["sid"]]
         if src.role == "console":
             return (row["sid"], row["tee_lrank"])
@@ -247,9 +247,7 @@ class _Builder:
             file_rank[(src.node, src.local_rank)] = stream_rank[stream]
         return file_rank
 
-    def _row_rank(
-        self, row: dict[str, Any], stream: Stream, stream_rank: dict[Stream, int], nodes: list[str]
-    ) -> int | None:
+    def _row_rank(self, row: Event, stream: Stream, stream_rank: dict[Stream, int], nodes: list[str]) -> int | None:
         rank: int | None = row["grank"]
         if rank is None:
             rank = stream_rank.get(stream)
@@ -304,7 +302,7 @@ class _Builder:
         last = max((s.attempt or 0 for s in self.sources), default=0)
         if last == 0:
             return
-        by_file: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        by_file: dict[int, list[Event]] = defaultdict(list)
         for row in self.rows:
             if self.sources[row["sid"]].role == "console":
                 by_file[row["sid"]].append(row)
@@ -346,29 +344,31 @@ class _Builder:
     # ------------------------------------------------------------------ torchrun's failure table
     def child_failures(self) -> None:
         """Assemble each ChildFailedError entry ([idx]: time/host/rank/exitcode/error_file/traceback)."""
-        synthesized: list[dict[str, Any]] = []
+        synthesized: list[Event] = []
         section: str | None = None
         entry: dict[str, Any] | None = None
-        entry_row: dict[str, Any] | None = None
+        entry_row: Event | None = None
         last_sid = -1
 
         def flush() -> None:
             if entry is not None and entry_row is not None and "rank" in entry:
                 f = dict(entry)
-                row = dict(entry_row)
+                row = entry_row.copy()
                 row.update(
-                    kind="child_failure",
-                    level="error",
-                    phase="fail",
-                    rank=f["rank"],
-                    local_rank=f.get("local_rank"),
-                    exitcode=f.get("exitcode"),
-                    grank=None,
-                    tee_lrank=None,
-                    _f=f,
-                    fields=json.dumps(f),
-                    text=f"[{f.get('idx')}] rank {f['rank']} (local_rank {f.get('local_rank')}) exitcode "
-                    f"{f.get('exitcode')}" + (" root cause" if f.get("root_cause") else ""),
+                    {
+                        "kind": "child_failure",
+                        "level": "error",
+                        "phase": "fail",
+                        "rank": f["rank"],
+                        "local_rank": f.get("local_rank"),
+                        "exitcode": f.get("exitcode"),
+                        "grank": None,
+                        "tee_lrank": None,
+                        "_f": f,
+                        "fields": json.dumps(f),
+                        "text": f"[{f.get('idx')}] rank {f['rank']} (local_rank {f.get('local_rank')}) exitcode "
+                        f"{f.get('exitcode')}" + (" root cause" if f.get("root_cause") else ""),
+                    }
                 )
                 synthesized.append(row)
 
@@ -427,8 +427,8 @@ class _Builder:
         """A traceback raised inside a tool that reads the run afterwards (PyTorch's Flight Recorder analyser,
         fr_trace, saved beside the logs) tells of that tool, not of the run: its lines are left out, with a note."""
         tool: set[int] = set()
-        header: dict[str, Any] | None = None
-        frames: list[dict[str, Any]] = []
+        header: Event | None = None
+        frames: list[Event] = []
         for row in sorted(self.rows, key=lambda r: (r["sid"], r["line"])):
             if row["kind"] == "traceback_start":
                 header, frames = row, [row]
@@ -559,7 +559,7 @@ class _Builder:
         world = max((int_or_none(f.get("nranks")) or 0 for f in inits), default=0)
         known: dict[str, set[int]] = defaultdict(set)
         proxies: dict[str, set[int]] = defaultdict(set)
-        unranked: list[tuple[str, dict[str, Any]]] = []
+        unranked: list[tuple[str, Event]] = []
         for row in self.rows:
             process = nccl_process(row["text"])
             if process is None:
@@ -598,7 +598,7 @@ class _Builder:
         rank_rows = []
         for rank in sorted(per):
             entry = per[rank]
-            row = {k: entry.get(k) for k in RANK_SCHEMA}
+            row = cast(RankRow, {k: entry.get(k) for k in RANK_SCHEMA})
             row["sources"] = sorted(entry["sources"])
             row["events"] = entry.get("events", 0)
             rank_rows.append(row)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from logscope.align.state import RankState
 from logscope.ingest.flight_recorder import DumpFile, FlightDump, FlightEntry, read_dumps
+from logscope.vocab import RankRow
 
 if TYPE_CHECKING:  # the model holds a FlightReport
     from logscope.align.model import Aligned
@@ -96,7 +97,7 @@ class FlightReport:
 def match(
     dumps: list[FlightDump],
     states: dict[int, RankState],
-    rank_rows: list[dict[str, Any]],
+    rank_rows: list[RankRow],
     world_size: int | None,
 ) -> FlightReport | None:
     """Match the dumps across ranks and put each rank's logs beside them; None when there are no dumps."""

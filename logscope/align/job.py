@@ -9,14 +9,13 @@ from typing import Any
 
 from logscope.align.values import int_list, int_or_none
 from logscope.ingest.sources import Source
+from logscope.vocab import Event
 
 FieldsOf = defaultdict[str, list[dict[str, Any]]]
 RankFacts = dict[int, dict[str, Any]]
 
 
-def job_facts(
-    rows: list[dict[str, Any]], sources: list[Source], world_votes: Iterable[int], ranks: RankFacts
-) -> dict[str, Any]:
+def job_facts(rows: list[Event], sources: list[Source], world_votes: Iterable[int], ranks: RankFacts) -> dict[str, Any]:
     kinds = Counter(r["kind"] for r in rows)
     fields_of: FieldsOf = defaultdict(list)
     for row in rows:
@@ -73,7 +72,7 @@ def node_count(
     return nnodes
 
 
-def attempt_count(rows: list[dict[str, Any]], sources: list[Source]) -> int:
+def attempt_count(rows: list[Event], sources: list[Source]) -> int:
     attempts = {r["attempt"] for r in rows if r["attempt"] is not None}
     attempts |= {s.attempt for s in sources if s.attempt is not None}
     return max(len(attempts), 1 if rows else 0)
@@ -96,7 +95,7 @@ def first_field(fields_of: FieldsOf, kinds: tuple[str, ...], name: str) -> str |
     return str(values[0]) if values else None
 
 
-def framework(rows: list[dict[str, Any]], kinds: Counter[str], fields_of: FieldsOf) -> str | None:
+def framework(rows: list[Event], kinds: Counter[str], fields_of: FieldsOf) -> str | None:
     """The RL library, from the fields of its parameter-sync and iteration lines (each prints its own)."""
     sync_fields = fields_of["sync_start"]
     if any("rl_games" in f for f in sync_fields) or kinds["rl_games_seed"]:
@@ -110,7 +109,7 @@ def framework(rows: list[dict[str, Any]], kinds: Counter[str], fields_of: Fields
     return None
 
 
-def nccl_env(rows: list[dict[str, Any]]) -> dict[str, object]:
+def nccl_env(rows: list[Event]) -> dict[str, object]:
     """NCCL_* / TORCH_NCCL_* settings the ranks print: one value when the ranks agree, {rank: value} when they do
     not (e.g. a per-rank NCCL_HOSTID)."""
     per_var: dict[str, dict[str, str]] = defaultdict(dict)
@@ -129,7 +128,7 @@ def nccl_env(rows: list[dict[str, Any]]) -> dict[str, object]:
     }
 
 
-def exit_code(rows: list[dict[str, Any]], kinds: Counter[str], ranks: RankFacts) -> int | None:
+def exit_code(rows: list[Event], kinds: Counter[str], ranks: RankFacts) -> int | None:
     """1 when the launcher gave up, 0 when the run ended, None when the logs do not say."""
     ended = kinds["worker_group_finished"] > 0 or (bool(ranks) and all(info.get("ended") for info in ranks.values()))
     # torchrun prints the ChildFailedError table only when it gives up; a failed worker followed by a restart whose

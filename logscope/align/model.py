@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -11,12 +11,13 @@ from logscope.align.flight import FlightReport
 from logscope.align.state import Completion, RankState
 from logscope.ingest.read import SourceStats
 from logscope.ingest.sources import Source
+from logscope.vocab import Event, RankRow
 
 
 @dataclass
 class Aligned:
     events: pl.DataFrame  # EVENT_SCHEMA, with rank, attempt and phase resolved; sorted by rank, attempt, order
-    rows: list[dict[str, Any]]  # the same events as dicts with `_f` (events/table.py), in the same order
+    rows: list[Event]  # the same events as dicts with `_f` (events/table.py), in the same order
     ranks: pl.DataFrame  # RANK_SCHEMA: one row per global rank
     job: dict[str, Any]
     sources: list[Source]
@@ -27,8 +28,8 @@ class Aligned:
     completion: Completion | None = None  # whether the logs prove the run finished (align/state.py)
     flight: FlightReport | None = None  # Flight Recorder dumps matched across ranks (align/flight.py)
 
-    def rank_rows(self) -> list[dict[str, Any]]:
-        return self.ranks.to_dicts()
+    def rank_rows(self) -> list[RankRow]:
+        return cast("list[RankRow]", self.ranks.to_dicts())
 
 
 RANK_SCHEMA: dict[str, pl.DataType] = {

@@ -14,11 +14,11 @@ from __future__ import annotations
 import calendar
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from logscope.align.values import int_or_none
 from logscope.events.catalogue import catalogue
-from logscope.vocab import PHASE_ORDER, Phase
+from logscope.vocab import PHASE_ORDER, Event, Phase, RankRow
 
 # Lines that say a rank moved forward in training (rank 0 prints most of them in RL libraries).
 PROGRESS_KINDS = frozenset(
@@ -64,7 +64,14 @@ MIN_PROGRESS_LINES = 3
 MIN_LOG_LINES = 2
 
 
-def clock(row: dict[str, Any]) -> float | None:
+class Stamp(TypedDict):
+    """What `clock` reads of a line: an Event is one, and so is a stamp read from elsewhere (torchrun's table)."""
+
+    ts: float | None
+    ts_text: str | None
+
+
+def clock(row: Stamp) -> float | None:
     """Seconds since the start of the printed year (month*32+day days), or None when the line has no stamp."""
     if row.get("ts") is not None:
         t = time.gmtime(row["ts"])  # printed local time, read as UTC by normalise: the printed clock again
@@ -103,11 +110,11 @@ class RankState:
     attempt: int = 0
     phases: set[str] = field(default_factory=set)  # phases its own lines reached (fail excluded)
     furthest: int = -1  # PHASE_ORDER of the furthest of them
-    last_event: dict[str, Any] | None = None  # its last own line of the furthest phase
-    last_progress: dict[str, Any] | None = None
+    last_event: Event | None = None  # its last own line of the furthest phase
+    last_progress: Event | None = None
     last_iteration: int | None = None
     progress_count: int = 0  # its own progress lines (iterations, steps, progress bars)
-    first_error: dict[str, Any] | None = None  # its earliest own error-level line (by clock, else by order)
+    first_error: Event | None = None  # its earliest own error-level line (by clock, else by order)
     first_error_clock: float | None = None
     first_clock: float | None = None
     last_clock: float | None = None
@@ -133,9 +140,7 @@ class RankState:
         return max(known) if known else None
 
 
-def build_states(
-    rows: list[dict[str, Any]], rank_rows: list[dict[str, Any]], complete_ranks: set[int]
-) -> dict[int, RankState]:
+def build_states(rows: list[Event], rank_rows: list[RankRow], complete_ranks: set[int]) -> dict[int, RankState]:
     """One RankState per rank of the rank table, from the aligned rows (in rank, attempt, source order)."""
     states = {
         r["rank"]: RankState(
@@ -167,7 +172,7 @@ def build_states(
         if row["level"] == "benign":
             continue
         phase = row["phase"]
-        if phase != Phase.FAIL and phase in PHASE_ORDER:
+        if phase is not None and phase != Phase.FAIL and phase in PHASE_ORDER:
             state.phases.add(phase)
             order = PHASE_ORDER[phase]
             if order >= state.furthest:
@@ -196,7 +201,7 @@ def build_states(
     return states
 
 
-def _note_collective(state: RankState, row: dict[str, Any]) -> None:
+def _note_collective(state: RankState, row: Event) -> None:
     pg = str(row["pg"] or "0")
     c = state.collectives.setdefault(pg, Collective(pg=pg))
     seq = row["seq"]
@@ -236,12 +241,12 @@ class Completion:
     proven: bool
     strength: float  # how strong the proof is (0 when not proven); the healthy verdict's confidence starts here
     how: str  # one sentence: what proves it, or what is missing
-    evidence: list[dict[str, Any]]
+    evidence: list[Event]
     participating: set[int]  # ranks silent after some point whose peers' progress shows they took part
-    stopped: dict[int, dict[str, Any]]  # rank -> its last own line, for ranks not shown to have finished
+    stopped: dict[int, Event]  # rank -> its last own line, for ranks not shown to have finished
 
 
-def _is_end(row: dict[str, Any]) -> bool:
+def _is_end(row: Event) -> bool:
     """A line that says its process's training finished: an end line, NCCL's communicator destroyed, torchrun's
     clean finish, or a progress line at its last step ("Learning iteration 5/6", a progress bar at 96/96)."""
     kind = row["kind"]
@@ -253,7 +258,7 @@ def _is_end(row: dict[str, Any]) -> bool:
     )
 
 
-def _at_last_step(row: dict[str, Any]) -> bool:
+def _at_last_step(row: Event) -> bool:
     f = row["_f"]
     total = int_or_none(f.get("total"))
     done = int_or_none(f.get("iteration") if f.get("iteration") is not None else f.get("step"))
@@ -289,7 +294,7 @@ def participating(states: dict[int, RankState]) -> set[int]:
     }
 
 
-def completion(states: dict[int, RankState], job: dict[str, Any], rows: list[dict[str, Any]]) -> Completion:
+def completion(states: dict[int, RankState], job: dict[str, Any], rows: list[Event]) -> Completion:
     """Positive evidence that the run completed: a clean exit, every rank's end, or one rank's end with its peers
     shown to take part. Without it a run with no error is not healthy: its logs stop somewhere."""
     joined = participating(states)
@@ -329,14 +334,14 @@ def completion(states: dict[int, RankState], job: dict[str, Any], rows: list[dic
     return Completion(False, 0.0, "no line shows that the run finished", [], joined, stopped)
 
 
-def _after_every_rank(end: dict[str, Any], visible: list[RankState]) -> bool:
+def _after_every_rank(end: Event, visible: list[RankState]) -> bool:
     return bool(visible) and all(
         s.last_event is not None and s.last_event["sid"] == end["sid"] and s.last_event["line"] < end["line"]
         for s in visible
     )
 
 
-def _not_followed_by_failure(ends: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _not_followed_by_failure(ends: list[Event], rows: list[Event]) -> list[Event]:
     """The end lines after which their file reports no failure: a loading bar at 100 % followed by the launcher
     SIGTERMing workers and "failed (exitcode: -9)" is no end of the run."""
     exits = catalogue().tagged("exit", "teardown")
@@ -347,7 +352,7 @@ def _not_followed_by_failure(ends: list[dict[str, Any]], rows: list[dict[str, An
     return [e for e in ends if e["line"] > last_failure.get(e["sid"], -1)]
 
 
-def _steady_excerpt(states: dict[int, RankState], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _steady_excerpt(states: dict[int, RankState], rows: list[Event]) -> list[Event]:
     """The progress lines of a pasted excerpt that shows training moving on and nothing going wrong, else [].
 
     Only for excerpts: a rank's own whole log (a per-rank file, a tee'd stream) that stops mid-training stopped, and
@@ -358,7 +363,7 @@ def _steady_excerpt(states: dict[int, RankState], rows: list[dict[str, Any]]) ->
     progress = [r for r in rows if r["kind"] in PROGRESS_KINDS]
     if len(progress) < MIN_PROGRESS_LINES:
         return []
-    last: dict[int, dict[str, Any]] = {}
+    last: dict[int, Event] = {}
     for row in rows:
         newer = row["sid"] not in last or row["line"] >= last[row["sid"]]["line"]
         if row["level"] != "benign" and row["kind"] not in AGENT_KINDS and newer:
@@ -366,7 +371,7 @@ def _steady_excerpt(states: dict[int, RankState], rows: list[dict[str, Any]]) ->
     return progress if all(r["phase"] == Phase.TRAIN for r in last.values()) else []
 
 
-def looks_like_a_log(rows: list[dict[str, Any]]) -> bool:
+def looks_like_a_log(rows: list[Event]) -> bool:
     """Whether the recognised lines make a training or launcher log (else the input is not one: exit 2)."""
     weak = 0
     for row in rows:

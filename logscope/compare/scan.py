@@ -31,7 +31,7 @@ from rich.text import Text
 from logscope.analysis import analyze
 from logscope.errors import InputError, LogscopeError, OutputError
 from logscope.model import Analysis
-from logscope.vocab import SEVERITY_ORDER
+from logscope.vocab import SEVERITY_ORDER, Finding
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar", ".gz")
 ATTEMPT_DIR = regex.compile(r"attempt_\d+")
@@ -206,7 +206,7 @@ def run_facts(analysis: Analysis) -> dict[str, Any]:
     diagnosis = analysis.diagnosis
     verdict: dict[str, Any] = diagnosis["verdict"]
     job: dict[str, Any] = diagnosis["job"]
-    findings: list[dict[str, Any]] = diagnosis["findings"]
+    findings: list[Finding] = diagnosis["findings"]
     ranks: list[dict[str, Any]] = diagnosis["ranks"]
     culprits = [int(rank) for rank in verdict["culprit_ranks"]]
     failing = culprits or sorted(

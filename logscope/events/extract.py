@@ -10,7 +10,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 import regex
@@ -20,6 +20,7 @@ from logscope.events.table import PROMOTED_INT, PROMOTED_STR, events_frame
 from logscope.ingest.normalise import normalise
 from logscope.ingest.read import Block
 from logscope.ingest.sources import Source
+from logscope.vocab import Event
 
 BATCH_CHARS = 8 << 20
 MAX_TEXT = 2000
@@ -54,7 +55,7 @@ _EXC = regex.compile(r"^(?P<exc_type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*): (?P<reaso
 
 @dataclass
 class Extraction:
-    rows: list[dict[str, Any]]  # one event dict per recognised line (EVENT_SCHEMA keys plus `_f`), source order
+    rows: list[Event]  # one event dict per recognised line (EVENT_SCHEMA keys plus `_f`), source order
     contexts: dict[tuple[int, int], list[tuple[int, str]]]  # (sid, line) -> [(line, text)] around the event
     notes: list[str] = field(default_factory=list)
 
@@ -157,7 +158,7 @@ class Extractor:
     def __init__(self, catalogue: Catalogue) -> None:
         self.catalogue = catalogue
         self.signatures = catalogue.signatures
-        self._rows: list[dict[str, Any]] = []
+        self._rows: list[Event] = []
         self._contexts: dict[tuple[int, int], list[tuple[int, str]]] = {}
         self._context_count: Counter[int] = Counter()
         self._kind_count: Counter[tuple[int, str]] = Counter()
@@ -209,7 +210,7 @@ class Extractor:
         if batch:
             self._batch(batch)
 
-    def finish(self) -> tuple[Extraction, list[dict[str, Any]]]:
+    def finish(self) -> tuple[Extraction, list[Event]]:
         """What was fed since the last `finish`, and apart from it the latest event of each capped kind past its cap
         (those come last). The extractor starts afresh for the next sources: its quotas are per source anyway."""
         latest = [
@@ -554,8 +555,8 @@ class Extractor:
         phase: str | None,
         line: Any,
         fields: dict[str, Any],
-    ) -> dict[str, Any]:
-        row: dict[str, Any] = {
+    ) -> Event:
+        row: dict[str, Any] = {  # an Event once the promoted fields are set below
             "sid": sid,
             "source": src.path,
             "line": line_no,
@@ -584,7 +585,7 @@ class Extractor:
         for name in PROMOTED_STR:
             value = fields.get(name)
             row[name] = str(value) if value is not None else None
-        return row
+        return cast(Event, row)
 
     # -- error.json (torch_logs.md §2.2): both the nested and the "new" string message format
     def _error_json(self, block: Block) -> None:

@@ -33,6 +33,7 @@ from logscope.events.extract import Extraction, Extractor
 from logscope.events.helper import Group, Helper
 from logscope.ingest.read import Block, Reader, SourceStats
 from logscope.ingest.sources import Inventory, Source, discover
+from logscope.vocab import Event
 
 Progress = Callable[[int], None] | None
 
@@ -52,7 +53,7 @@ class _Part:
     """One group: its extraction without the capped kinds' latest lines, which come after all groups."""
 
     extraction: Extraction
-    latest: list[dict[str, Any]]
+    latest: list[Event]
     stats: list[SourceStats]
     notes: list[str]  # the reader's notes on this group
 

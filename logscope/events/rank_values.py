@@ -14,12 +14,13 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO
 
 from logscope.errors import READ_ERRORS
 from logscope.events.extract import Extractor
 from logscope.ingest.normalise import normalise
 from logscope.ingest.sources import Source
+from logscope.vocab import Event
 
 KIND = "rank_value_differs"
 HEAD_BYTES = 256 * 1024
@@ -65,7 +66,7 @@ def _facets(text: str) -> tuple[int, list[tuple[str, tuple[str, ...], str]]] | N
     return (int(m.group(1)), [(template, values, text)]) if values else None
 
 
-def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[], IO[bytes]]]) -> list[dict[str, Any]]:
+def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[], IO[bytes]]]) -> list[Event]:
     """Event rows (one per differing rank) for a rank whose values of a per-rank line differ from all its peers'."""
     first: dict[str, dict[int, tuple[tuple[str, ...], int, int, str]]] = defaultdict(dict)
     about: dict[str, str] = {}
@@ -95,7 +96,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
             for facet, values, what in said:
                 first[facet].setdefault(rank, (values, sid, n, raw))
                 about[facet] = what
-    rows: list[dict[str, Any]] = []
+    rows: list[Event] = []
     seen: set[int] = set()  # one event per rank: its first differing line says enough
     for facet, per_rank in first.items():
         if len(per_rank) < MIN_RANKS:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO
 
 from logscope.errors import READ_ERRORS
 from logscope.events.extract import Extractor
 from logscope.ingest.normalise import normalise
 from logscope.ingest.sources import Source
+from logscope.vocab import Event
 
 KIND = "startup_differs"
 # A rank's start-up: its first lines, up to this many, read from the first bytes of its stdout.
@@ -47,7 +48,7 @@ def _key(template: str) -> str | None:
     return m.group(1) if m else None
 
 
-def startup_differences(sources: list[Source], openers: dict[str, Callable[[], IO[bytes]]]) -> list[dict[str, Any]]:
+def startup_differences(sources: list[Source], openers: dict[str, Callable[[], IO[bytes]]]) -> list[Event]:
     """Event rows (one per differing rank file) for the rank whose start-up lines differ from all its peers'."""
     final = max((s.attempt or 0 for s in sources if s.role == "stdout"), default=0)
     heads: dict[int, tuple[Source, list[tuple[int, str, str]]]] = {}

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
-from logscope.vocab import Phase
+from logscope.vocab import Event, Phase
 
 PHASES = tuple(p.value for p in Phase)
 
@@ -50,11 +48,15 @@ def empty_events() -> pl.DataFrame:
 # Between stages an event also travels as a dict: the EVENT_SCHEMA keys plus `_f`, its `fields` decoded. The
 # extractor builds these dicts once and align and the rules work on them, so no stage turns the table back into
 # dicts or parses the JSON again.
-def events_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+def events_frame(rows: list[Event]) -> pl.DataFrame:
     """The event table of event dicts (keys outside EVENT_SCHEMA, such as `_f`, are left out)."""
     if not rows:
         return empty_events()
     # Column by column: faster than polars' row-wise constructor, same types (both strict).
+    # (`row[name]`: mypy checks a TypedDict key only when it is a literal; these are the EVENT_SCHEMA names.)
     return pl.DataFrame(
-        [pl.Series(name, [row[name] for row in rows], dtype=dtype) for name, dtype in EVENT_SCHEMA.items()]
+        [
+            pl.Series(name, [row[name] for row in rows], dtype=dtype)  # type: ignore[literal-required]
+            for name, dtype in EVENT_SCHEMA.items()
+        ]
     )

@@ -14,7 +14,7 @@ from typing import Any
 import regex
 
 from logscope.model import Analysis
-from logscope.vocab import SEVERITY_ORDER
+from logscope.vocab import SEVERITY_ORDER, Evidence, Finding
 
 COMMANDS = {"critical": "error", "error": "error", "warning": "warning", "note": "notice", "info": "notice"}
 
@@ -59,9 +59,9 @@ def _evidence_base(input_path: str) -> PurePosixPath:
     return base if Path(input_path).is_dir() else base.parent
 
 
-def _finding_command(finding: dict[str, Any], base: PurePosixPath) -> str:
+def _finding_command(finding: Finding, base: PurePosixPath) -> str:
     properties: dict[str, str | int] = {}
-    evidence: list[dict[str, Any]] = finding.get("evidence", [])
+    evidence: list[Evidence] = finding.get("evidence", [])
     if evidence:
         properties["file"] = (base / evidence[0]["path"]).as_posix()
         properties["line"] = evidence[0]["line"]

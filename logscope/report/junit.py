@@ -14,6 +14,7 @@ import regex
 
 from logscope.model import Analysis
 from logscope.report.github import printable
+from logscope.vocab import Finding
 
 FAILING_SEVERITIES = ("warning", "error", "critical")
 
@@ -80,7 +81,7 @@ def _checklist_case(item: dict[str, Any]) -> ET.Element:
     return case
 
 
-def _finding_case(finding: dict[str, Any]) -> ET.Element:
+def _finding_case(finding: Finding) -> ET.Element:
     case = ET.Element(
         "testcase",
         {

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from logscope import __version__
 from logscope.model import Analysis
+from logscope.vocab import Evidence, Finding
 
 SARIF_SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 
@@ -29,7 +30,7 @@ def render(analysis: Analysis) -> str:
 
 def sarif_log(analysis: Analysis) -> dict[str, Any]:
     diagnosis = analysis.diagnosis
-    findings: list[dict[str, Any]] = diagnosis.get("findings", [])
+    findings: list[Finding] = diagnosis.get("findings", [])
     rule_ids = list(dict.fromkeys(finding["rule"] for finding in findings))
     rule_index = {rule_id: index for index, rule_id in enumerate(rule_ids)}
     first_finding = {rule_id: next(f for f in findings if f["rule"] == rule_id) for rule_id in rule_ids}
@@ -58,7 +59,7 @@ def sarif_log(analysis: Analysis) -> dict[str, Any]:
     return {"$schema": SARIF_SCHEMA_URI, "version": "2.1.0", "runs": [run]}
 
 
-def _rule_descriptor(rule_id: str, example_finding: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+def _rule_descriptor(rule_id: str, example_finding: Finding, doc: dict[str, Any]) -> dict[str, Any]:
     """A SARIF rule from the rule's docs; a rule without docs (an Analysis built by hand) from its finding."""
     title = doc.get("title") or example_finding["title"]
     what = doc.get("what") or example_finding["message"]
@@ -81,7 +82,7 @@ def _rule_descriptor(rule_id: str, example_finding: dict[str, Any], doc: dict[st
     return descriptor
 
 
-def _result(finding: dict[str, Any], rule_index: int) -> dict[str, Any]:
+def _result(finding: Finding, rule_index: int) -> dict[str, Any]:
     result: dict[str, Any] = {
         "ruleId": finding["rule"],
         "ruleIndex": rule_index,
@@ -102,7 +103,7 @@ def _result(finding: dict[str, Any], rule_index: int) -> dict[str, Any]:
     return result
 
 
-def _location(evidence: dict[str, Any]) -> dict[str, Any]:
+def _location(evidence: Evidence) -> dict[str, Any]:
     region: dict[str, Any] = {"startLine": evidence["line"], "snippet": {"text": evidence["text"]}}
     location: dict[str, Any] = {
         "physicalLocation": {

@@ -19,7 +19,7 @@ import regex
 from logscope.align.model import Aligned
 from logscope.align.state import Completion, RankState, clock
 from logscope.events.catalogue import catalogue
-from logscope.vocab import PHASE_ORDER
+from logscope.vocab import PHASE_ORDER, Event, Finding, RankRow
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Rule:
 class Hit:
     """What a condition found: evidence events, the ranks involved, and values for the message."""
 
-    events: list[dict[str, Any]]
+    events: list[Event]
     ranks: set[int] = field(default_factory=set)
     culprits: list[int] | None = None  # set by conditions that know the culprit themselves
     values: dict[str, Any] = field(default_factory=dict)
@@ -82,15 +82,15 @@ def family_category(kind: str, default: str = "crash") -> str:
     return next((category for tag, category in CATEGORY_OF_TAG if tag in tags), default)
 
 
-def order_key(e: dict[str, Any]) -> tuple[float, int, int]:
+def order_key(e: Event) -> tuple[float, int, int]:
     """When a line was printed, as far as the logs tell: its clock where it has one, then its place in its file
     (a console interleaves every rank in time order)."""
     when = clock(e)
     return (when if when is not None else float("inf"), e["sid"], e["line"])
 
 
-def _by_file(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    files: dict[int, list[dict[str, Any]]] = defaultdict(list)
+def _by_file(rows: list[Event]) -> dict[int, list[Event]]:
+    files: dict[int, list[Event]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: (r["sid"], r["line"])):
         files[r["sid"]].append(r)
     return files
@@ -102,14 +102,14 @@ class Context:
     def __init__(self, aligned: Aligned) -> None:
         self.aligned = aligned
         self.job = aligned.job
-        self.rows: list[dict[str, Any]] = aligned.rows  # read only: conditions never change an event
-        self.by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self.by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        self.rows: list[Event] = aligned.rows  # read only: conditions never change an event
+        self.by_kind: dict[str, list[Event]] = defaultdict(list)
+        self.by_rank: dict[int, list[Event]] = defaultdict(list)
         for row in self.rows:
             self.by_kind[row["kind"]].append(row)
             if row["rank"] is not None:
                 self.by_rank[row["rank"]].append(row)
-        self.ranks: dict[int, dict[str, Any]] = {r["rank"]: r for r in aligned.rank_rows()}
+        self.ranks: dict[int, RankRow] = {r["rank"]: r for r in aligned.rank_rows()}
         self.visible = {r for r, info in self.ranks.items() if info["status"] == "visible"}
         self.hidden = {r for r, info in self.ranks.items() if info["status"] == "hidden"}
         self.final_attempt = max((r["attempt"] for r in self.rows if r["attempt"] is not None), default=0)
@@ -117,12 +117,12 @@ class Context:
         self.states: dict[int, RankState] = aligned.states
         self.completion: Completion | None = aligned.completion
         # Filled by the engine before the fallback stage: what the main stage found, and the events it used.
-        self.findings: list[dict[str, Any]] = []
+        self.findings: list[Finding] = []
         self.claimed: set[tuple[int, int]] = set()
         self.steps: dict[str, dict[str, Any]] = {}  # category -> the next step its main rules give
         self._when: dict[tuple[int, int], float] | None = None
 
-    def order(self, e: dict[str, Any]) -> tuple[float, int, int]:
+    def order(self, e: Event) -> tuple[float, int, int]:
         """Like `order_key`, but a line without a clock takes the clock of the line before it in its file (printed
         no earlier), or of the first one after it: in one file the order of lines is the order of printing."""
         if self._when is None:
@@ -137,9 +137,10 @@ class Context:
         when = self._when.get((e["sid"], e["line"]))
         return (when if when is not None else float("inf"), e["sid"], e["line"])
 
-    def field(self, row: dict[str, Any], name: str) -> Any:
-        if name in row and name not in ("fields", "_f") and row[name] is not None:
-            return row[name]
+    def field(self, row: Event, name: str) -> Any:
+        # (`row[name]`: a column named by a rule; mypy checks a TypedDict key only when it is a literal.)
+        if name in row and name not in ("fields", "_f") and row[name] is not None:  # type: ignore[literal-required]
+            return row[name]  # type: ignore[literal-required]
         return row["_f"].get(name)
 
     def reached(self, rank: int, phase: str) -> bool:
@@ -150,7 +151,7 @@ class Context:
         )
 
 
-CheckFn = Callable[[Rule, Context, list[dict[str, Any]], dict[str, Any]], Hit | None]
+CheckFn = Callable[[Rule, Context, list[Event], dict[str, Any]], Hit | None]
 CHECKS: dict[str, CheckFn] = {}
 
 
@@ -200,5 +201,5 @@ def breaks_own_pattern(ctx: Context, rank: int, seq: int, op: Any, shape: Any) -
     ]
     if not earlier:
         return False
-    last = max(earlier, key=lambda x: x["seq"])
+    last = max(earlier, key=lambda x: x["seq"] or 0)  # (every row of `earlier` has a SeqNum: `or 0` is for mypy)
     return bool(last["op"] != op)

@@ -9,12 +9,13 @@ declared by a rule file.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from logscope.align.model import Aligned
 from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import API_OPTYPE, CHECKS, Context, Hit, Rule, breaks_own_pattern
-from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER
+from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER, Event, Evidence, Finding
 
 # Variables that identify a host or a rank and so differ by design.
 UNSET = "<not set>"
@@ -28,7 +29,7 @@ REGEX_TIMEOUT_S = 0.05  # user regexes run with a timeout: catastrophic backtrac
 MAX_REGEX_TIMEOUTS = 20  # per rule: past this its regexes count as no match, so a run's regex time is bounded
 
 
-def _where_ok(rule: Rule, ctx: Context, row: dict[str, Any]) -> bool:
+def _where_ok(rule: Rule, ctx: Context, row: Event) -> bool:
     for i, cond in enumerate(rule.match.get("where", [])):
         value = ctx.field(row, cond["field"])
         if "exists" in cond and (value is not None) != cond["exists"]:
@@ -60,14 +61,14 @@ def _where_ok(rule: Rule, ctx: Context, row: dict[str, Any]) -> bool:
     return True
 
 
-def matched(rule: Rule, ctx: Context) -> list[dict[str, Any]]:
+def matched(rule: Rule, ctx: Context) -> list[Event]:
     kinds = rule.match.get("kinds")
     rows = [r for k in kinds for r in ctx.by_kind.get(k, [])] if kinds else list(ctx.rows)
     return [r for r in rows if _where_ok(rule, ctx, r)]
 
 
 # ---------------------------------------------------------------------------------------------- conditions
-def cond_present(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+def cond_present(rule: Rule, ctx: Context, events: list[Event]) -> Hit | None:
     if not events:
         return None
     ranks = {e["rank"] for e in events if e["rank"] is not None}
@@ -76,7 +77,7 @@ def cond_present(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit 
     return Hit(events, ranks)
 
 
-def cond_absent_after_phase(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+def cond_absent_after_phase(rule: Rule, ctx: Context, events: list[Event]) -> Hit | None:
     """Ranks that reached phase P without any of the expected events: a missing line is evidence."""
     expect = set(rule.condition["expect"])
     reached = rule.condition.get("reached", "train")
@@ -100,7 +101,7 @@ def cond_absent_after_phase(rule: Rule, ctx: Context, events: list[dict[str, Any
     )
 
 
-def cond_last_event(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+def cond_last_event(rule: Rule, ctx: Context, events: list[Event]) -> Hit | None:
     """Ranks whose last event (benign lines aside) is one of the kinds, with nothing after it."""
     kinds = set(rule.match.get("kinds", []))
     proof = ctx.completion
@@ -108,7 +109,7 @@ def cond_last_event(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> H
         return None
     # A rank silent after that line, whose peers' progress shows it took part, did not stop there.
     joined = proof.participating if proof else set()
-    stuck: list[dict[str, Any]] = []
+    stuck: list[Event] = []
     for rank, rows in ctx.by_rank.items():
         if rank in joined:
             continue
@@ -140,7 +141,7 @@ def cond_last_event(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> H
     )
 
 
-def _per_rank_values(ctx: Context, events: list[dict[str, Any]], name: str) -> dict[int, str]:
+def _per_rank_values(ctx: Context, events: list[Event], name: str) -> dict[int, str]:
     values: dict[int, str] = {}
     for e in events:
         value = ctx.field(e, name)
@@ -151,11 +152,12 @@ def _per_rank_values(ctx: Context, events: list[dict[str, Any]], name: str) -> d
     return values
 
 
-def _latest_attempt(ctx: Context, e: dict[str, Any]) -> bool:
-    return (e["attempt"] or 0) >= (ctx.ranks.get(e["rank"], {}).get("attempt") or 0)
+def _latest_attempt(ctx: Context, e: Event) -> bool:
+    info = ctx.ranks.get(e["rank"]) if e["rank"] is not None else None
+    return (e["attempt"] or 0) >= ((info["attempt"] if info is not None else None) or 0)
 
 
-def cond_field_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+def cond_field_differs(rule: Rule, ctx: Context, events: list[Event]) -> Hit | None:
     """Ranks disagree on a value they should share: the odd ones out of a clear majority, else (two ranks, a tie)
     the ones that differ from rank 0, the broadcast source."""
     offset_ok = set(rule.condition.get("allow_rank_offset", []))
@@ -223,11 +225,11 @@ def _offset_by_rank(values: dict[int, str]) -> bool:
     return step != 0 and all(nums[r] - nums[ranks[0]] == step * (r - ranks[0]) for r in ranks)
 
 
-def cond_same_seq_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+def cond_same_seq_differs(rule: Rule, ctx: Context, events: list[Event]) -> Hit | None:
     """Same SeqNum in the same process group, different op or size across ranks."""
     compare = rule.condition.get("compare", ["op", "numel_in"])
     by_seq: dict[tuple[str, int], dict[int, tuple[Any, ...]]] = defaultdict(dict)
-    rows_at: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    rows_at: dict[tuple[str, int], list[Event]] = defaultdict(list)
     for e in events:
         if e["seq"] is None or e["rank"] is None:
             continue
@@ -258,29 +260,31 @@ def cond_same_seq_differs(rule: Rule, ctx: Context, events: list[dict[str, Any]]
     return None
 
 
-def _deviating(ctx: Context, seq: int, rows: list[dict[str, Any]]) -> list[int]:
+def _deviating(ctx: Context, seq: int, rows: list[Event]) -> list[int]:
     """With two ranks a vote cannot decide: blame the rank that broke its own pattern of collectives."""
     return sorted(
         {
-            e["rank"]
+            rank
             for e in rows
             if e["kind"] == "collective_fingerprint"
-            and breaks_own_pattern(ctx, e["rank"], seq, e["op"], e["_f"].get("shape"))
+            and (rank := e["rank"]) is not None
+            and breaks_own_pattern(ctx, rank, seq, e["op"], e["_f"].get("shape"))
         }
     )
 
 
-def cond_seq_lag(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+def cond_seq_lag(rule: Rule, ctx: Context, events: list[Event]) -> Hit | None:
     """Ranks behind (or ahead of) the others in collective sequence number in the same process group."""
-    latest: dict[int, dict[str, Any]] = {}
+    latest: dict[int, Event] = {}
+    seqs: dict[int, int] = {}  # rank -> the SeqNum of its latest event
     for e in events:
-        if e["seq"] is None or e["rank"] is None or (e["pg"] or "0") != "0":
+        seq, rank = e["seq"], e["rank"]
+        if seq is None or rank is None or (e["pg"] or "0") != "0":
             continue
-        if e["rank"] not in latest or e["seq"] > latest[e["rank"]]["seq"]:
-            latest[e["rank"]] = e
+        if rank not in latest or seq > seqs[rank]:
+            latest[rank], seqs[rank] = e, seq
     if len(latest) < 2:
         return None
-    seqs = {r: e["seq"] for r, e in latest.items()}
     low, high = min(seqs.values()), max(seqs.values())
     if high - low < rule.condition.get("min_gap", 1):
         return None
@@ -298,7 +302,7 @@ def cond_seq_lag(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit 
     )
 
 
-def cond_check(rule: Rule, ctx: Context, events: list[dict[str, Any]]) -> Hit | None:
+def cond_check(rule: Rule, ctx: Context, events: list[Event]) -> Hit | None:
     return CHECKS[rule.condition["name"]](rule, ctx, events, rule.condition.get("params", {}))
 
 
@@ -385,10 +389,10 @@ def _laggards(ctx: Context, hit: Hit) -> list[int]:
         if rank in seqs or info["status"] != "visible":
             continue
         # The furthest collective the rank reached: the last it enqueued, else the one after its last completed.
-        if info.get("last_seq_enqueued") is not None:
-            seqs[rank] = info["last_seq_enqueued"]
-        elif info.get("last_seq_completed") is not None:
-            seqs[rank] = info["last_seq_completed"] + 1
+        if (enqueued := info.get("last_seq_enqueued")) is not None:
+            seqs[rank] = enqueued
+        elif (completed := info.get("last_seq_completed")) is not None:
+            seqs[rank] = completed + 1
     if len(seqs) >= 2 and len(set(seqs.values())) > 1:
         low = min(seqs.values())
         return sorted(r for r, s in seqs.items() if s == low)
@@ -554,7 +558,7 @@ def _ranks_text(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
 
 
-def _evidence(ctx: Context, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _evidence(ctx: Context, events: list[Event]) -> list[Evidence]:
     out = []
     seen: set[tuple[int, int]] = set()
     for e in events:
@@ -562,7 +566,7 @@ def _evidence(ctx: Context, events: list[dict[str, Any]]) -> list[dict[str, Any]
         if key in seen:
             continue
         seen.add(key)
-        item: dict[str, Any] = {"path": e["source"], "line": e["line"], "rank": e["rank"], "text": e["text"]}
+        item: Evidence = {"path": e["source"], "line": e["line"], "rank": e["rank"], "text": e["text"]}
         context = ctx.aligned.contexts.get(key)
         if context:
             item["context"] = [{"line": n, "text": t} for n, t in context]
@@ -572,11 +576,11 @@ def _evidence(ctx: Context, events: list[dict[str, Any]]) -> list[dict[str, Any]
     return out
 
 
-def finding(rule: Rule, ctx: Context, hit: Hit, input_path: str) -> dict[str, Any]:
+def finding(rule: Rule, ctx: Context, hit: Hit, input_path: str) -> Finding:
     culprits = culprits_for(rule, ctx, hit)
     collective = _collective(ctx, hit)
     values = _Values({k: v for k, v in (collective or {}).items() if k != "per_rank" and v is not None})
-    first = hit.events[0] if hit.events else {}
+    first: Mapping[str, Any] = hit.events[0] if hit.events else {}
     for name, value in (first.get("_f") or {}).items():
         values.setdefault(name, value)
     world = ctx.job.get("world_size")
@@ -652,7 +656,7 @@ def category_steps(rules: list[Rule]) -> dict[str, dict[str, Any]]:
     return steps
 
 
-def evaluate(rules: list[Rule], aligned: Aligned, input_path: str = "") -> list[dict[str, Any]]:
+def evaluate(rules: list[Rule], aligned: Aligned, input_path: str = "") -> list[Finding]:
     """Main-stage rules first; then the fallback rules, which see what the main stage found and which events it used
     (the generic failure detector takes the error lines nothing else explained; the stall rule speaks only when
     nothing failed and nothing proves the run finished)."""

@@ -21,7 +21,7 @@ import regex
 
 from logscope.align.state import clock
 from logscope.rules.api import REMOTE_KINDS
-from logscope.vocab import SEVERITY_ORDER, Role, Severity
+from logscope.vocab import SEVERITY_ORDER, Event, Evidence, Finding, Role, Severity
 
 # How NCCL, gloo and c10d word a failure that another process caused.
 _REMOTE_WORDING = regex.compile(
@@ -38,16 +38,16 @@ CAUSES = frozenset(
 SAME_MOMENT_S = 1.0
 
 
-def is_remote_line(e: dict[str, Any]) -> bool:
+def is_remote_line(e: Event | Evidence) -> bool:
     """A line that says a peer went away: a consequence wherever another rank failed by itself."""
     return e.get("kind") in REMOTE_KINDS or bool(_REMOTE_WORDING.search(str(e.get("text") or "")))
 
 
-def failing(f: dict[str, Any]) -> bool:
+def failing(f: Finding) -> bool:
     return SEVERITY_ORDER[f["severity"]] >= SEVERITY_ORDER[Severity.ERROR]
 
 
-def onset(f: dict[str, Any], events: dict[tuple[str, int], dict[str, Any]]) -> float | None:
+def onset(f: Finding, events: dict[tuple[str, int], Event]) -> float | None:
     """The earliest clock among a finding's evidence lines (None when none carries a stamp)."""
     times = [
         t
@@ -57,15 +57,13 @@ def onset(f: dict[str, Any], events: dict[tuple[str, int], dict[str, Any]]) -> f
     return min(times) if times else None
 
 
-def assign_roles(findings: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+def assign_roles(findings: list[Finding], rows: list[Event]) -> None:
     """Set `role`, `caused_by` and (internal) `onset` on every finding (in place)."""
     events = {(e["source"], e["line"]): e for e in rows}
     starts = {id(f): onset(f, events) for f in findings}
     remote_only = {
         id(f): bool(f["evidence"])
-        and all(
-            is_remote_line(events.get((item["path"], item["line"]), {"text": item["text"]})) for item in f["evidence"]
-        )
+        and all(is_remote_line(events.get((item["path"], item["line"]), item)) for item in f["evidence"])
         for f in findings
     }
     failures = [f for f in findings if failing(f)]
@@ -86,13 +84,13 @@ def assign_roles(findings: list[dict[str, Any]], rows: list[dict[str, Any]]) -> 
 
 
 def _explainer(
-    f: dict[str, Any],
-    failures: list[dict[str, Any]],
+    f: Finding,
+    failures: list[Finding],
     starts: dict[int, float | None],
     remote_only: dict[int, bool],
     formed: bool,
-) -> dict[str, Any] | None:
-    best: dict[str, Any] | None = None
+) -> Finding | None:
+    best: Finding | None = None
     for g in failures:
         if g is f or remote_only[id(g)]:
             continue
@@ -117,7 +115,7 @@ def _explainer(
     return best
 
 
-def rank_key(f: dict[str, Any]) -> tuple[Any, ...]:
+def rank_key(f: Finding) -> tuple[Any, ...]:
     """Order of findings for the verdict: failures first, causes before consequences, then specificity."""
     return (
         SEVERITY_ORDER[f["severity"]] >= SEVERITY_ORDER[Severity.WARNING] and not f.get("survived"),
@@ -128,21 +126,22 @@ def rank_key(f: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def first_cause(ranked: list[dict[str, Any]]) -> dict[str, Any] | None:
+def first_cause(ranked: list[Finding]) -> Finding | None:
     """The verdict's finding: the top cause, unless another rank's own failure (crash, OOM) visibly came first."""
     causes = [f for f in ranked if f.get("role") == Role.CAUSE]
     if not causes:
         return None
     top = causes[0]
-    if top["category"] in ("crash", "oom") and top.get("onset") is not None:
+    top_onset = top.get("onset")
+    if top["category"] in ("crash", "oom") and top_onset is not None:
         earlier = [
-            f
+            (onset, f)
             for f in causes[1:]
             if f["category"] in ("crash", "oom")
-            and f.get("onset") is not None
-            and f["onset"] < top["onset"] - SAME_MOMENT_S
+            and (onset := f.get("onset")) is not None
+            and onset < top_onset - SAME_MOMENT_S
             and not set(f["culprit_ranks"]) & set(top["culprit_ranks"])
         ]
         if earlier:
-            return min(earlier, key=lambda f: f["onset"])
+            return min(earlier, key=lambda pair: pair[0])[1]
     return top

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from logscope.align.model import Aligned
 from logscope.verdict.calibration import calibration_for
 from logscope.verdict.causes import assign_roles, first_cause, rank_key
 from logscope.verdict.workflow import CHECKLIST, DEFAULT_COMMANDS, STEPS
-from logscope.vocab import GUESS_BELOW, SEVERITY_ORDER
+from logscope.vocab import GUESS_BELOW, SEVERITY_ORDER, Finding
 
 INTERNAL_KEYS = ("specificity", "next_step_command", "next_step_detail", "onset", "survived")
 
 
-def _strip(f: dict[str, Any]) -> dict[str, Any]:
+def _strip(f: Finding) -> Finding:
     """The contract's finding (internal ranking keys removed)."""
-    return {k: v for k, v in f.items() if k not in INTERNAL_KEYS}
+    return cast(Finding, {k: v for k, v in f.items() if k not in INTERNAL_KEYS})
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -23,7 +23,7 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def decide(
-    findings: list[dict[str, Any]], aligned: Aligned, input_path: str = ""
+    findings: list[Finding], aligned: Aligned, input_path: str = ""
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The first cause wins: a mismatch explains a timeout, a crash explains its peers' errors (verdict/causes.py)."""
     assign_roles(findings, aligned.rows)
@@ -79,8 +79,8 @@ def decide(
             "incomplete: rerun with --tee 3 --log_dir to see every rank (W5)."
         )
     step_id = top["next_step"]
-    command = top.get("next_step_command") or DEFAULT_COMMANDS.get(step_id, "")
-    command = command.replace("{input}", input_path) if command else None
+    template = top.get("next_step_command") or DEFAULT_COMMANDS.get(step_id, "")
+    command = template.replace("{input}", input_path) if template else None
     detail = top.get("next_step_detail")
     if hidden and step_id not in ("W5",) and len(hidden) >= max(1, len(aligned.rank_rows()) // 2):
         detail = (detail + " " if detail else "") + "First make every rank visible (W5)."
@@ -124,7 +124,7 @@ def _healthy_summary(aligned: Aligned, v2: str, v3: str) -> str:
     return " ".join(parts)
 
 
-def _checklist(aligned: Aligned, findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _checklist(aligned: Aligned, findings: list[Finding]) -> list[dict[str, Any]]:
     events = aligned.events
     ranks = aligned.rank_rows()
     job = aligned.job

@@ -33,6 +33,7 @@ from logscope.report.html.ranks import (
 from logscope.report.html.summary import checklist_view, job_view, notes_view, replay_view, verdict_view
 from logscope.report.html.text import clip
 from logscope.report.html.timeline import build_timeline, verdict_collective
+from logscope.vocab import Finding
 
 
 def render(analysis: Analysis) -> str:
@@ -66,7 +67,7 @@ def _view(analysis: Analysis) -> dict[str, Any]:
     diagnosis = analysis.diagnosis
     rank_rows: list[dict[str, Any]] = list(diagnosis.get("ranks") or [])
     verdict: dict[str, Any] = diagnosis.get("verdict") or {}
-    findings: list[dict[str, Any]] = list(diagnosis.get("findings") or [])
+    findings: list[Finding] = list(diagnosis.get("findings") or [])
     culprits = set(verdict.get("culprit_ranks") or [])
     attempts = {r.get("attempt") for r in rank_rows} | set(analysis.events["attempt"].unique().to_list())
     multi_attempt = len(attempts - {None}) > 1

@@ -8,6 +8,7 @@ import polars as pl
 
 from logscope.report.html.lanes import LaneKey
 from logscope.report.html.text import clip, rank_ranges
+from logscope.vocab import Evidence, Finding
 
 MAX_EVIDENCE_TEXT_CHARS = 2000  # one log line inside a finding's evidence window
 
@@ -20,7 +21,7 @@ MAX_CONTEXT_LINES = 15
 
 def finding_view(
     number: int,
-    finding: dict[str, Any],
+    finding: Finding,
     verdict: dict[str, Any],
     cited: pl.DataFrame,
     anchors: dict[LaneKey, str],
@@ -65,7 +66,7 @@ def finding_view(
     }
 
 
-def cited_lines(events: pl.DataFrame, findings: list[dict[str, Any]]) -> pl.DataFrame:
+def cited_lines(events: pl.DataFrame, findings: list[Finding]) -> pl.DataFrame:
     """The event rows some finding cites as evidence: (source, line, lane, findings citing it)."""
     pairs = [
         (str(e.get("path")), int(e["line"]), number)
@@ -83,7 +84,7 @@ def cited_lines(events: pl.DataFrame, findings: list[dict[str, Any]]) -> pl.Data
     )
 
 
-def _evidence_view(evidence: dict[str, Any], cited: pl.DataFrame, anchors: dict[LaneKey, str]) -> dict[str, Any]:
+def _evidence_view(evidence: Evidence, cited: pl.DataFrame, anchors: dict[LaneKey, str]) -> dict[str, Any]:
     line = evidence.get("line")
     context = list(evidence.get("context") or [])
     if not context:
@@ -110,7 +111,7 @@ def _evidence_view(evidence: dict[str, Any], cited: pl.DataFrame, anchors: dict[
     }
 
 
-def _evidence_anchor(evidence: dict[str, Any], cited: pl.DataFrame, anchors: dict[LaneKey, str]) -> str | None:
+def _evidence_anchor(evidence: Evidence, cited: pl.DataFrame, anchors: dict[LaneKey, str]) -> str | None:
     """The per-rank view an evidence line belongs to: by its (file, line) in the event table, else by rank."""
     hit = cited.filter((pl.col("source") == evidence.get("path")) & (pl.col("line") == evidence.get("line")))
     if hit.height:

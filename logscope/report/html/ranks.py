@@ -10,6 +10,7 @@ from logscope.report.html.lanes import LEVEL_WEIGHT, LaneKey, all_lane_keys, lan
 from logscope.report.html.text import clip, ranks_label
 from logscope.report.html.timeline import Timeline
 from logscope.report.nodes import node_labels
+from logscope.vocab import Finding
 
 MAX_RANK_VIEWS = 48
 
@@ -67,13 +68,13 @@ def repeated_view(events: pl.DataFrame) -> dict[str, Any]:
 
 
 def rank_view_keys(
-    events: pl.DataFrame, timeline: Timeline, culprits: set[int], findings: list[dict[str, Any]]
+    events: pl.DataFrame, timeline: Timeline, culprits: set[int], findings: list[Finding]
 ) -> list[LaneKey]:
     """Which ranks get a per-rank log view: culprits, ranks with evidence, and one per timeline lane."""
     present = all_lane_keys(events)
     wanted_ranks = set(culprits)
     for finding in findings:
-        wanted_ranks.update(e.get("rank") for e in finding.get("evidence") or [] if e.get("rank") is not None)
+        wanted_ranks.update(rank for e in finding.get("evidence") or [] if (rank := e.get("rank")) is not None)
     chosen = [key for key in present if key[1] in wanted_ranks]
     chosen += [lane.key for lane in timeline.lanes if lane.key in present and lane.key not in chosen]
     return sorted(chosen[:MAX_RANK_VIEWS])

@@ -12,6 +12,7 @@ import polars as pl
 from logscope.events.table import PHASES
 from logscope.report.html.lanes import LEVEL_WEIGHT, LaneKey, lane_name, row_key
 from logscope.report.html.text import MAX_TEXT_CHARS, clip, rank_ranges
+from logscope.vocab import Finding
 
 MAX_LANES = 48
 
@@ -92,7 +93,7 @@ class Timeline:
     lane_count: int
 
 
-def verdict_collective(verdict: dict[str, Any], findings: list[dict[str, Any]]) -> dict[str, Any] | None:
+def verdict_collective(verdict: dict[str, Any], findings: list[Finding]) -> dict[str, Any] | None:
     """The collective of the finding the verdict rests on (else the first finding that names one)."""
     rule = verdict.get("rule")
     preferred = [f for f in findings if rule and f.get("rule") == rule] + findings

@@ -7,10 +7,11 @@ from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.failures import aborted_failures
+from logscope.vocab import Event
 
 
 @check("all_ranks_aborted")
-def all_ranks_aborted(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def all_ranks_aborted(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Every failed rank was aborted with no traceback, and no watchdog timeout is in the logs."""
     failures = aborted_failures(ctx)
     if not failures or any(e["kind"] == "nccl_watchdog_timeout" for e in ctx.rows):

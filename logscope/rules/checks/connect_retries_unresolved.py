@@ -8,16 +8,14 @@ from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.failures import nothing_failed_nor_finished
-from logscope.vocab import PHASE_ORDER
+from logscope.vocab import PHASE_ORDER, Event
 
 # A connect that NCCL retried this often with nothing after it never went through.
 MIN_CONNECT_RETRIES = 3
 
 
 @check("connect_retries_unresolved")
-def connect_retries_unresolved(
-    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
-) -> Hit | None:
+def connect_retries_unresolved(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """NCCL keeps retrying a connect and the log ends there: nothing failed loudly, nothing after shows a connection.
 
     Fallback stage: only when no main rule found a failure and nothing proves the run finished.

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, breaks_own_pattern, check
+from logscope.vocab import Event
 
 
 @check("detail_mismatch")
-def detail_mismatch(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def detail_mismatch(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """ProcessGroupWrapper's fingerprint mismatch: blame the rank that broke its own collective pattern."""
     if not events:
         return None

@@ -8,12 +8,11 @@ from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.collectives import last_calls
+from logscope.vocab import Event
 
 
 @check("different_collective_calls")
-def different_collective_calls(
-    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
-) -> Hit | None:
+def different_collective_calls(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Ranks failed inside different torch.distributed calls (their tracebacks' last c10d frame differs)."""
     last = last_calls(ctx, events)
     if len(last) < 2:

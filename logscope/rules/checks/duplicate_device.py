@@ -6,16 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
+from logscope.vocab import Event
 
 # Where a rank runs: (host, "cuda:N" or "busId X").
 DeviceKey = tuple[str | None, str]
 
 
 @check("duplicate_device")
-def duplicate_device(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def duplicate_device(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Two ranks on the same CUDA device or busId (the Isaac Lab mistake of not using cuda:<local_rank>)."""
     by_device: dict[DeviceKey, set[int]] = {}
-    rows: dict[DeviceKey, list[dict[str, Any]]] = {}
+    rows: dict[DeviceKey, list[Event]] = {}
     nccl_host = _nccl_hosts(ctx)
     for e in events:
         if e["rank"] is None:
@@ -50,14 +51,16 @@ def _nccl_hosts(ctx: Context) -> dict[int, str]:
     return nccl_host
 
 
-def _device_of(ctx: Context, e: dict[str, Any], nccl_host: dict[int, str]) -> DeviceKey | None:
+def _device_of(ctx: Context, e: Event, nccl_host: dict[int, str]) -> DeviceKey | None:
     """The device a rank's line says it is on: NCCL's busId at communicator init, or a CUDA device it names."""
-    f = e["_f"]
+    f, rank = e["_f"], e["rank"]
+    if rank is None:  # (the caller passes ranked lines only)
+        return None
     if e["kind"] == "nccl_comm_init":
         if str(f.get("state", "")).startswith("Init") and f.get("bus_id"):
-            return (nccl_host.get(e["rank"], f.get("host")), f"busId {f['bus_id']}")
+            return (nccl_host.get(rank, f.get("host")), f"busId {f['bus_id']}")
         return None
     device = f.get("device")
     if not device or not str(device).startswith("cuda"):
         return None
-    return (e["node"] or ctx.ranks.get(e["rank"], {}).get("host"), str(device))
+    return (e["node"] or (info["host"] if (info := ctx.ranks.get(rank)) is not None else None), str(device))

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
+from logscope.vocab import Event
 
 
 @check("duplicate_gpu")
-def duplicate_gpu(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def duplicate_gpu(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """NCCL's "Duplicate GPU detected": of the two ranks, the one not on cuda:<local_rank> is the culprit."""
     if not events:
         return None
@@ -20,8 +21,8 @@ def duplicate_gpu(rule: Rule, ctx: Context, events: list[dict[str, Any]], params
                 named.add(int(e["_f"][key]))
     misplaced = set()
     for rank in named:
-        info = ctx.ranks.get(rank, {})
-        local = info.get("local_rank")
+        info = ctx.ranks.get(rank)
+        local = info["local_rank"] if info is not None else None
         devs = {
             str(x["_f"].get("cuda_dev"))
             for x in ctx.by_kind.get("nccl_comm_init", [])

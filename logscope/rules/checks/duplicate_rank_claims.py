@@ -8,16 +8,17 @@ from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.rows import int_field
+from logscope.vocab import Event
 
 # A bound on the ranks listed as never seen: the world size is a number read from a log.
 MAX_WORLD = 65536
 
 
 @check("duplicate_rank_claims")
-def duplicate_rank_claims(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def duplicate_rank_claims(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Two processes announce the same global rank while other ranks of the world never appear: two launches
     were given the same node rank (or machine rank), so the world they should form never forms."""
-    claims: dict[int, list[dict[str, Any]]] = {}
+    claims: dict[int, list[Event]] = {}
     world = 0
     for e in events:
         rank, size = int_field(e, "rank"), int_field(e, "world_size")

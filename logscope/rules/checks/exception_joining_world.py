@@ -8,12 +8,11 @@ from typing import Any
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.rows import frame_function, short
 from logscope.rules.checks.world import raised_joining_world
+from logscope.vocab import Event
 
 
 @check("exception_joining_world")
-def exception_joining_world(
-    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
-) -> Hit | None:
+def exception_joining_world(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """An exception out of init_process_group / the rendezvous that says it timed out or could not connect."""
     found = [(e, frame) for e in events if (frame := raised_joining_world(ctx, e)) is not None]
     if not found:

@@ -5,12 +5,10 @@ two judgements over the whole run: every failed rank aborted by the watchdog, an
 
 from __future__ import annotations
 
-from typing import Any
-
 from logscope.align.align import signal_name
 from logscope.events.catalogue import catalogue
 from logscope.rules.api import COMM_FAMILY, Context
-from logscope.vocab import Severity, at_least
+from logscope.vocab import Event, Severity, at_least
 
 # Events that say "communication failed here": a crash on a rank that shows one of these is its consequence.
 COMM_KINDS = {
@@ -73,7 +71,7 @@ def message_kind(text: str) -> str | None:
     return None
 
 
-def describe(e: dict[str, Any]) -> str:
+def describe(e: Event) -> str:
     """A failure as a message says it: the exit code and its signal, the exception and its reason, or the line."""
     f = e["_f"]
     if e["kind"] in ("child_failure", "worker_failed"):
@@ -89,7 +87,7 @@ def describe(e: dict[str, Any]) -> str:
     return e["text"][:160]
 
 
-def warned_before(ctx: Context, cause: dict[str, Any], family: frozenset[str] = COMM_FAMILY) -> dict[str, Any] | None:
+def warned_before(ctx: Context, cause: Event, family: frozenset[str] = COMM_FAMILY) -> Event | None:
     """The warning of `family` just before `cause`, in its file, for its rank (an unranked warning counts too, and an
     unranked cause is taken for the rank of the warning above it)."""
     warnings = [
@@ -104,7 +102,7 @@ def warned_before(ctx: Context, cause: dict[str, Any], family: frozenset[str] = 
     return max(warnings, key=lambda e: e["line"]) if warnings else None
 
 
-def aborted_failures(ctx: Context) -> list[dict[str, Any]]:
+def aborted_failures(ctx: Context) -> list[Event]:
     """The launcher's failure lines where every failed rank died of SIGABRT with no traceback (ProcessGroupNCCL's
     watchdog tearing them down); empty otherwise."""
     failures = [

@@ -6,17 +6,16 @@ log lines of the other findings).
 
 from __future__ import annotations
 
-from typing import Any
-
 from logscope.align.flight import FlightReport, numel, op_name
 from logscope.ingest.flight_recorder import FlightEntry
 from logscope.rules.api import API_OPTYPE
+from logscope.vocab import Event
 
 # Evidence rows of a dump are not lines of a log: their source ids lie below every real one.
 FIRST_DUMP_SID = -1_000_000
 
 
-def entry_row(report: FlightReport, rank: int, e: FlightEntry) -> dict[str, Any]:
+def entry_row(report: FlightReport, rank: int, e: FlightEntry) -> Event:
     """An event row for one dump entry: the shape the engine reads evidence and the collective from."""
     dump = report.dump_of(rank)
     path = dump.path if dump else "?"

@@ -12,10 +12,11 @@ from typing import Any
 from logscope.align.flight import FlightReport, Hang
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.flight_evidence import entry_row, pg_text
+from logscope.vocab import Event
 
 
 @check("flight_recorder_hang")
-def flight_recorder_hang(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def flight_recorder_hang(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     report = ctx.aligned.flight
     if report is None or not report.hangs:
         return None

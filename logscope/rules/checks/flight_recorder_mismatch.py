@@ -7,12 +7,11 @@ from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.flight_evidence import entry_row, pg_text
+from logscope.vocab import Event
 
 
 @check("flight_recorder_mismatch")
-def flight_recorder_mismatch(
-    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
-) -> Hit | None:
+def flight_recorder_mismatch(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """The first SeqNum at which the dumps show ranks issuing different collectives (op, sizes or dtypes)."""
     report = ctx.aligned.flight
     if report is None or not report.mismatches:

@@ -16,7 +16,7 @@ from logscope.align.values import int_ranges
 from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import LEAD_FAMILY, REMOTE_KINDS, Context, Hit, Rule, check, family_category
 from logscope.rules.checks.failures import NOT_A_CAUSE_EXC, describe, message_kind, warned_before
-from logscope.vocab import Severity, at_least
+from logscope.vocab import Event, Severity, at_least
 
 # The job was stopped from outside (Ctrl-C, the scheduler's SIGTERM to torchrun): where a hang ends, not a failure.
 STOPPED_FROM_OUTSIDE_EXC = ("KeyboardInterrupt", "SignalException")
@@ -33,7 +33,7 @@ UNRANKED_FACTOR = 0.85
 
 
 @check("generic_failure")
-def generic_failure(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def generic_failure(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Failure lines that no other rule explained (fallback stage): tracebacks, fatal errors, logger ERROR lines,
     launchers' exit lines, ... Each rank's first such line is its failure; the earliest of those is the culprit.
 
@@ -77,7 +77,7 @@ def generic_failure(rule: Rule, ctx: Context, events: list[dict[str, Any]], para
     return hit
 
 
-def _candidates(ctx: Context, others: bool) -> tuple[list[dict[str, Any]], float]:
+def _candidates(ctx: Context, others: bool) -> tuple[list[Event], float]:
     """The lines that may be the failure, and how sure a finding from them is: unexplained error lines; else, where
     no other rule found a failure either, the lead warnings at the end of a log, or tracebacks cut off."""
     candidates = _unexplained_errors(ctx, others)
@@ -90,7 +90,7 @@ def _candidates(ctx: Context, others: bool) -> tuple[list[dict[str, Any]], float
     return candidates, factor
 
 
-def _unexplained_errors(ctx: Context, others: bool) -> list[dict[str, Any]]:
+def _unexplained_errors(ctx: Context, others: bool) -> list[Event]:
     """Error lines that no rule used and no stop from outside explains, one per traceback."""
     headers = _traceback_exceptions(ctx)
     candidates = [
@@ -115,7 +115,7 @@ def _unexplained_errors(ctx: Context, others: bool) -> list[dict[str, Any]]:
     return candidates
 
 
-def _lead_warnings(ctx: Context) -> list[dict[str, Any]]:
+def _lead_warnings(ctx: Context) -> list[Event]:
     """Communication and rendezvous warnings where their log stops."""
     # A warning is the lead only where the log stops at it: NCCL warns at init about optional transports it then
     # does without ("Failed to open libibverbs.so"); a run that went on is no failure.
@@ -126,22 +126,22 @@ def _lead_warnings(ctx: Context) -> list[dict[str, Any]]:
     ]
 
 
-def _first_per_rank(ctx: Context, candidates: list[dict[str, Any]]) -> dict[int | None, dict[str, Any]]:
+def _first_per_rank(ctx: Context, candidates: list[Event]) -> dict[int | None, Event]:
     """Each rank's first candidate in time (None: the first that names no rank)."""
-    first: dict[int | None, dict[str, Any]] = {}
+    first: dict[int | None, Event] = {}
     for e in sorted(candidates, key=ctx.order):
         for rank in _ranks_of(e):
             first.setdefault(rank, e)
     return first
 
 
-def _unclaimed(ctx: Context, e: dict[str, Any]) -> bool:
+def _unclaimed(ctx: Context, e: Event) -> bool:
     """A line of the final attempt that no main rule used and that is no benign line."""
     final = ctx.final_attempt
     return (e["sid"], e["line"]) not in ctx.claimed and (e["attempt"] or 0) >= final and e["level"] != "benign"
 
 
-def _earliest_own_fault(ctx: Context, ranked: dict[int, dict[str, Any]]) -> list[int]:
+def _earliest_own_fault(ctx: Context, ranked: dict[int, Event]) -> list[int]:
     """The ranks whose first failure is earliest, not counting consequences of a peer's failure (remote errors,
     teardown) where any rank failed otherwise."""
     own_fault = {r: e for r, e in ranked.items() if e["kind"] not in REMOTE_KINDS} or ranked
@@ -151,7 +151,7 @@ def _earliest_own_fault(ctx: Context, ranked: dict[int, dict[str, Any]]) -> list
     return culprits or _first_in_file(own_fault)
 
 
-def _category_of(cause: dict[str, Any]) -> str:
+def _category_of(cause: Event) -> str:
     """The family of the failure line; for a plain exception, the family of what its message says."""
     category = family_category(cause["kind"])
     if category == "crash" and cause["kind"] == "python_exception":
@@ -159,15 +159,15 @@ def _category_of(cause: dict[str, Any]) -> str:
     return category
 
 
-def _near_the_end(ctx: Context, e: dict[str, Any]) -> bool:
+def _near_the_end(ctx: Context, e: Event) -> bool:
     return bool(e["line"] > ctx.aligned.stats[e["sid"]].lines - LAST_LINES)
 
 
-def _key(e: dict[str, Any] | None) -> tuple[int, int] | None:
+def _key(e: Event | None) -> tuple[int, int] | None:
     return (e["sid"], e["line"]) if e is not None else None
 
 
-def _after_a_stop_signal(ctx: Context, e: dict[str, Any]) -> bool:
+def _after_a_stop_signal(ctx: Context, e: Event) -> bool:
     """A traceback right after torchrun said it received a death signal (SIGINT, SIGTERM from outside) is torchrun
     unwinding: the job was stopped, it did not fail."""
     return any(
@@ -176,7 +176,7 @@ def _after_a_stop_signal(ctx: Context, e: dict[str, Any]) -> bool:
     )
 
 
-def _nccl_went_on(ctx: Context, e: dict[str, Any]) -> bool:
+def _nccl_went_on(ctx: Context, e: Event) -> bool:
     """NCCL traces a failed call ("include/net.h:19 -> 2") also when it handles it: a process whose next lines go on
     with its setup (NCCL INFO lines of the same process that are not part of the trace) did not fail there."""
     process = nccl_process(e["text"])
@@ -187,24 +187,24 @@ def _nccl_went_on(ctx: Context, e: dict[str, Any]) -> bool:
     return bool(own) and not any(_NCCL_TRACE.search(text) or "NCCL WARN" in text for text in own)
 
 
-def _stopped_from_outside(e: dict[str, Any] | None) -> bool:
+def _stopped_from_outside(e: Event | None) -> bool:
     """Ctrl-C ("^C" echoed by the terminal, KeyboardInterrupt) or a signal from outside (torchrun's SignalException)."""
     return e is not None and (
         str(e["_f"].get("exc_type") or "").endswith(STOPPED_FROM_OUTSIDE_EXC) or "^C" in str(e["text"])
     )
 
 
-def _explained(ctx: Context, exception: dict[str, Any] | None) -> bool:
+def _explained(ctx: Context, exception: Event | None) -> bool:
     """A traceback's header goes with its exception: used elsewhere, or a stop from outside, it is no failure."""
     return exception is not None and (
         (exception["sid"], exception["line"]) in ctx.claimed or _stopped_from_outside(exception)
     )
 
 
-def _cut_tracebacks(ctx: Context) -> list[dict[str, Any]]:
+def _cut_tracebacks(ctx: Context) -> list[Event]:
     """The last frame of each file whose recognised lines end in traceback frames: the process was failing when the
     log was cut, before its exception line."""
-    last: dict[int, dict[str, Any]] = {}
+    last: dict[int, Event] = {}
     for e in ctx.rows:
         if e["level"] != "benign" and (e["sid"] not in last or e["line"] > last[e["sid"]]["line"]):
             last[e["sid"]] = e
@@ -214,11 +214,11 @@ def _cut_tracebacks(ctx: Context) -> list[dict[str, Any]]:
     return [e for e in last.values() if e["kind"] == "traceback_frame" and e["sid"] not in headed]
 
 
-def _traceback_exceptions(ctx: Context) -> dict[tuple[int, int], dict[str, Any]]:
+def _traceback_exceptions(ctx: Context) -> dict[tuple[int, int], Event]:
     """Each traceback header -> the line that ends it: the next error line in its file, for its rank (the exception,
     whatever signature read it)."""
-    out: dict[tuple[int, int], dict[str, Any]] = {}
-    open_headers: dict[tuple[int, Any], list[dict[str, Any]]] = {}
+    out: dict[tuple[int, int], Event] = {}
+    open_headers: dict[tuple[int, Any], list[Event]] = {}
     for e in sorted(ctx.rows, key=lambda r: (r["sid"], r["line"])):
         key = (e["sid"], e["rank"])
         if e["kind"] == "traceback_start":
@@ -233,7 +233,7 @@ def _traceback_exceptions(ctx: Context) -> dict[tuple[int, int], dict[str, Any]]
     return out
 
 
-def _ranks_of(e: dict[str, Any]) -> list[int | None]:
+def _ranks_of(e: Event) -> list[int | None]:
     """The rank a line is about; a launcher's line may name several ("srun: error: h: tasks 9-10,12: Killed")."""
     if e["rank"] is not None:
         return [e["rank"]]
@@ -241,7 +241,7 @@ def _ranks_of(e: dict[str, Any]) -> list[int | None]:
     return list(named) if named else [None]
 
 
-def _first_in_file(first: dict[int, dict[str, Any]]) -> list[int]:
+def _first_in_file(first: dict[int, Event]) -> list[int]:
     """Without clocks: the ranks whose failure comes first in the file that holds the most of them (a console
     interleaves ranks in time order); ranks in separate files cannot be ordered."""
     by_sid: dict[int, list[tuple[int, int]]] = {}
@@ -254,7 +254,7 @@ def _first_in_file(first: dict[int, dict[str, Any]]) -> list[int]:
     return sorted(rank for line, rank in lines if line == top)
 
 
-def _consequence_exception(e: dict[str, Any]) -> bool:
+def _consequence_exception(e: Event) -> bool:
     """An exception that only says a peer or the launcher ended things (DistBackendError, ChildFailedError ...)."""
     if e["kind"] not in ("python_exception", "cpp_what", "terminate_called"):
         return False

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
+from logscope.vocab import Event
 
 
 @check("gpu_unusable_at_sync")
-def gpu_unusable_at_sync(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def gpu_unusable_at_sync(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Isaac Sim could not use a rank's GPU and the job never got past the initial parameter broadcast."""
     if not events or not ctx.by_kind.get("sync_start") or ctx.by_kind.get("iteration"):
         return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
+from logscope.vocab import Event
 
 # Lines only a started worker (or the launcher's report of one) prints.
 WORKER_KINDS = (
@@ -23,7 +24,7 @@ WORKER_KINDS = (
 
 
 @check("launcher_failed")
-def launcher_failed(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def launcher_failed(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """The launcher's own traceback (torchrun's, DeepSpeed's runner) and no worker ever printed: the launch failed."""
     if not events or any(ctx.by_kind.get(k) for k in WORKER_KINDS) or ctx.visible:
         return None

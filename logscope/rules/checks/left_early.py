@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import COMM_FAMILY, Context, Hit, Rule, check
+from logscope.vocab import Event
 
 # Failures of a rank's own making (as opposed to what a peer's failure made it report).
 OWN_FAULT_KINDS = frozenset(
@@ -15,7 +16,7 @@ OWN_FAULT_KINDS = frozenset(
 
 
 @check("left_early")
-def left_early(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def left_early(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """A rank finished cleanly while its peers were still in a collective (they time out, or lose the connection
     to it): it ran fewer collectives than they did. Its clean exit is the evidence; it needs no error line."""
     unlisted = _exited_before_teardown(ctx)

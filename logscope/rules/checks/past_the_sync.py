@@ -8,6 +8,7 @@ from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.collectives import last_calls
+from logscope.vocab import Event
 
 # Lines only a rank that trains prints (a rank still in the sync has none).
 TRAINING_KINDS = frozenset({"iteration", "progress", "progress_bar", "throughput"})
@@ -16,7 +17,7 @@ SYNC_APIS = {"broadcast", "broadcast_object_list"}
 
 
 @check("past_the_sync")
-def past_the_sync(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def past_the_sync(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Some ranks wait in the parameter-sync broadcast while others are already in a later collective: those went
     past the sync without taking part in it (program order: the sync is the first collective of the run)."""
     if not ctx.by_kind.get("sync_start"):

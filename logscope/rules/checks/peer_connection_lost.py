@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
+from logscope.vocab import Event
 
 
 @check("peer_connection_lost")
-def peer_connection_lost(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def peer_connection_lost(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """A rank lost its connection to a peer: the peer that went away first is the culprit, not the reporter."""
     if not events:
         return None

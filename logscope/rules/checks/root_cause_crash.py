@@ -22,6 +22,7 @@ from logscope.rules.checks.failures import (
     warned_before,
 )
 from logscope.rules.checks.world import raised_joining_world
+from logscope.vocab import Event
 
 WORKER_EXIT_KINDS = ("child_failure", "worker_failed")
 # A rank's own failure lines that say more than its exit code does.
@@ -47,7 +48,7 @@ LAUNCHER_TRACEBACK_SPAN = 60
 
 
 @check("root_cause_crash")
-def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def root_cause_crash(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """A rank that failed by its own fault (exception, signal, segfault), not as a consequence of a peer."""
     causes = _own_failures(ctx, events)
     if not causes:
@@ -73,12 +74,12 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[dict[str, Any]], par
     return hit
 
 
-def _own_failures(ctx: Context, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _own_failures(ctx: Context, events: list[Event]) -> list[Event]:
     """The failure lines, in order, that are a rank's own doing; a worker's exit counts only where no earlier line
     of that rank says more."""
     victims = _victim_ranks(ctx)
     launcher_frames = _launcher_rendezvous_frames(ctx)
-    causes: list[dict[str, Any]] = []
+    causes: list[Event] = []
     for e in events:
         kind = e["kind"]
         if kind == "python_exception" and _ends_launcher_traceback(e, launcher_frames):
@@ -98,7 +99,7 @@ def _own_failures(ctx: Context, events: list[dict[str, Any]]) -> list[dict[str, 
     return causes
 
 
-def _watchdog_took_it_down(ctx: Context, e: dict[str, Any]) -> bool:
+def _watchdog_took_it_down(ctx: Context, e: Event) -> bool:
     """ "Fatal Python error: Aborted" right after its process's watchdog timed out or said it is "taking the entire
     process down": the abort is the watchdog's, the timeout is the failure (LS101 reports it)."""
     return any(
@@ -133,7 +134,7 @@ def _launcher_rendezvous_frames(ctx: Context) -> list[tuple[int, int]]:
     ]
 
 
-def _ends_launcher_traceback(e: dict[str, Any], launcher_frames: list[tuple[int, int]]) -> bool:
+def _ends_launcher_traceback(e: Event, launcher_frames: list[tuple[int, int]]) -> bool:
     """An unranked exception out of torchrun's rendezvous code belongs to the launcher, not to a rank: LS601/LS602
     report it."""
     return e["rank"] is None and any(
@@ -141,9 +142,7 @@ def _ends_launcher_traceback(e: dict[str, Any], launcher_frames: list[tuple[int,
     )
 
 
-def _worker_exit_is_own(
-    ctx: Context, e: dict[str, Any], victims: set[int | None], causes: list[dict[str, Any]]
-) -> bool:
+def _worker_exit_is_own(ctx: Context, e: Event, victims: set[int | None], causes: list[Event]) -> bool:
     """A worker's failed exit is its own failure, unless it was stopped (SIGTERM), is a victim's, echoes unranked
     errors, or that rank already has a line that says more."""
     code, rank = e["exitcode"], e["rank"]
@@ -159,7 +158,7 @@ def _worker_exit_is_own(
     return not any(x["kind"] in SAYS_MORE_THAN_EXIT and x["rank"] == rank for x in causes)
 
 
-def _exception_is_own(ctx: Context, e: dict[str, Any], victims: set[int | None]) -> bool:
+def _exception_is_own(ctx: Context, e: Event, victims: set[int | None]) -> bool:
     """An exception (or torchrun's error.json) is the rank's own, unless it only reports a peer's doing, is a
     communication error raised as an exception, or says the world never formed."""
     kind, rank, f = e["kind"], e["rank"], e["_f"]
@@ -174,9 +173,7 @@ def _exception_is_own(ctx: Context, e: dict[str, Any], victims: set[int | None])
     return not (rank is not None and rank in victims and kind == "error_file")
 
 
-def _hydra_error_is_own(
-    ctx: Context, e: dict[str, Any], victims: set[int | None], causes: list[dict[str, Any]]
-) -> bool:
+def _hydra_error_is_own(ctx: Context, e: Event, victims: set[int | None], causes: list[Event]) -> bool:
     """Hydra's wrapper line says an exception escaped: the exception itself is the evidence where there is one, and
     a rendezvous that was waiting for its peers just before is the fallback's to read."""
     if victims or any(c["kind"] != "hydra_job_error" for c in causes):
@@ -194,9 +191,9 @@ def _echoes_unranked_failure(ctx: Context, rank: int | None, victims: set[int | 
     return unranked or (rank is None and bool(victims))
 
 
-def _one_per_rank(causes: list[dict[str, Any]]) -> dict[int | None, dict[str, Any]]:
+def _one_per_rank(causes: list[Event]) -> dict[int | None, Event]:
     """Each rank's (and the unranked lines') cause: the first of its lines that says most."""
-    best: dict[int | None, dict[str, Any]] = {}
+    best: dict[int | None, Event] = {}
     for e in causes:
         key = e["rank"]
         if key not in best or CAUSE_PREFERENCE.get(e["kind"], 9) < CAUSE_PREFERENCE.get(best[key]["kind"], 9):
@@ -204,13 +201,13 @@ def _one_per_rank(causes: list[dict[str, Any]]) -> dict[int | None, dict[str, An
     return best
 
 
-def _recovered(ctx: Context, causes: list[dict[str, Any]]) -> bool:
+def _recovered(ctx: Context, causes: list[Event]) -> bool:
     """Every failure was in an earlier attempt and the job did not exit 1: the elastic restart recovered."""
     final = ctx.final_attempt
     return all((e["attempt"] or 0) < final for e in causes) and ctx.job.get("exit_code") != 1
 
 
-def _first_in_cause(best: dict[int, dict[str, Any]]) -> list[int]:
+def _first_in_cause(best: dict[int, Event]) -> list[int]:
     """Among ranks that failed by their own fault, the first in time; ties stay together."""
     if len(best) == 1:
         return list(best)

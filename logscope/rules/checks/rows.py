@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from logscope.vocab import Event
 
-def frame_function(frame: dict[str, Any]) -> str:
+
+def frame_function(frame: Event) -> str:
     """The function a traceback or stack-dump frame is in, whichever signature read it (`fn`, or c10d's `api`)."""
     return str(frame["_f"].get("fn") or frame["_f"].get("api") or "")
 
 
-def int_field(e: dict[str, Any], name: str) -> int | None:
+def int_field(e: Event, name: str) -> int | None:
     """A field of the event's own fields as a non-negative integer; None where it is absent or not a number."""
-    value = e["_f"].get(name)
+    value: Any = e["_f"].get(name)
     return int(value) if str(value or "").isdigit() else None
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
+from logscope.vocab import Event
 
 
 @check("seeds_not_offset")
-def seeds_not_offset(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def seeds_not_offset(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Every rank seeds its framework/environment with the same value where Isaac Lab expects seed + rank."""
     seeds: dict[int, str] = {}
     for e in events:

@@ -7,6 +7,7 @@ from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.rows import int_field
+from logscope.vocab import Event
 
 # Lines that only a distributed job prints.
 DISTRIBUTED_KINDS = (
@@ -20,7 +21,7 @@ DISTRIBUTED_KINDS = (
 
 
 @check("single_rank")
-def single_rank(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def single_rank(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """The job ran one rank: world size 1 reported where more were launched or asked for, or by a distributed job."""
     rank0_only = _processes_all_rank0(events)
     if rank0_only:
@@ -47,10 +48,10 @@ def single_rank(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: 
     return _one_process_where_more_were_meant(ctx, evidence)
 
 
-def _processes_all_rank0(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _processes_all_rank0(events: list[Event]) -> list[Event]:
     """One identity line per process (told apart by pid and host) when several processes list themselves and every
     one of them is rank 0: they never joined one world (nccl-tests built without MPI, a launcher that set no RANK)."""
-    claims: dict[tuple[str, str], dict[str, Any]] = {}
+    claims: dict[tuple[str, str], Event] = {}
     for e in events:
         pid = e["_f"].get("pid")
         if e["kind"] == "rank_identity" and pid is not None:
@@ -60,7 +61,7 @@ def _processes_all_rank0(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(claims.values()) if len(claims) > 1 else []
 
 
-def _one_process_where_more_were_meant(ctx: Context, evidence: list[dict[str, Any]]) -> Hit | None:
+def _one_process_where_more_were_meant(ctx: Context, evidence: list[Event]) -> Hit | None:
     """One process reported world_size=1: a finding where torchrun was asked for more, the process was given more
     GPUs, or the job is a distributed one (a warning: it may have been meant to run alone)."""
     requested = ctx.job.get("requested_world_size")

@@ -4,12 +4,12 @@ rank it belongs to where that can be told and the functions its threads were in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import regex
 
 from logscope.rules.api import Context
 from logscope.rules.checks.rows import frame_function
+from logscope.vocab import Event
 
 # Where a dumped process waits for its peers: torch.distributed's collectives, the store barrier, NCCL's calls.
 WAIT_FUNCTIONS = frozenset(
@@ -63,7 +63,7 @@ PID_IN_TEXT = regex.compile(r"\bpid[=:] ?(\d+)")
 class StackDump:
     """One process's stack dump: where its threads were when a debugger or py-spy looked."""
 
-    header: dict[str, Any]
+    header: Event
     rank: int | None
     pid: int | None
     recent_first: bool = True  # faulthandler, py-spy and gdb print the innermost frame first, pystack last
@@ -111,7 +111,7 @@ def _pid_ranks(ctx: Context) -> dict[int, int]:
     return out
 
 
-def _dumps_by_process(headers: list[dict[str, Any]], pid_rank: dict[int, int]) -> list[StackDump]:
+def _dumps_by_process(headers: list[Event], pid_rank: dict[int, int]) -> list[StackDump]:
     """One dump per process from the dump and thread headers, in file order."""
     dumps: list[StackDump] = []
     current: dict[int, StackDump] = {}  # per file, the process being dumped

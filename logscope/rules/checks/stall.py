@@ -14,11 +14,11 @@ from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.failures import nothing_failed_nor_finished
 from logscope.rules.checks.rows import short
 from logscope.rules.checks.stack_dumps import StackDump, dumps_text, stack_dumps
-from logscope.vocab import PHASE_ORDER
+from logscope.vocab import PHASE_ORDER, Event
 
 
 @check("stall")
-def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def stall(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Nothing failed and nothing proves that the run finished: the logs stop somewhere (fallback stage)."""
     proof = ctx.completion
     if proof is None or not nothing_failed_nor_finished(ctx):
@@ -54,7 +54,7 @@ def stall(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[s
     return hit
 
 
-def _where_it_stopped(ctx: Context, stopped: dict[int, dict[str, Any]]) -> tuple[str, list[dict[str, Any]]] | None:
+def _where_it_stopped(ctx: Context, stopped: dict[int, Event]) -> tuple[str, list[Event]] | None:
     """Where the logs stop, for the message, and the lines that show it: each rank's last line, else the furthest
     unranked line; None where there is nothing to show."""
     if stopped:
@@ -70,7 +70,7 @@ def _where_it_stopped(ctx: Context, stopped: dict[int, dict[str, Any]]) -> tuple
     return None
 
 
-def _waited_for(ctx: Context, stopped: dict[int, dict[str, Any]], dumps: list[StackDump]) -> list[int]:
+def _waited_for(ctx: Context, stopped: dict[int, Event], dumps: list[StackDump]) -> list[int]:
     """The ranks the others wait for: those stopped in an earlier phase than their stuck peers, or, where stack
     dumps show peers waiting in a collective, the ranks dumped somewhere else."""
     furthest = max((s.furthest for s in ctx.states.values() if s.status == "visible"), default=-1)

@@ -11,12 +11,11 @@ from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.world import world_formed
+from logscope.vocab import Event
 
 
 @check("store_lost_after_world_formed")
-def store_lost_after_world_formed(
-    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
-) -> Hit | None:
+def store_lost_after_world_formed(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Ranks that were running lost the c10d store: its host process (rank 0's, or node 0's agent) went away."""
     if not events or not world_formed(ctx) or ctx.job.get("exit_code") == 0:
         return None  # after a clean exit it is only the order in which the ranks left

@@ -11,12 +11,11 @@ from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.world import world_formed
+from logscope.vocab import Event
 
 
 @check("store_lost_before_world_formed")
-def store_lost_before_world_formed(
-    rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]
-) -> Hit | None:
+def store_lost_before_world_formed(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """A TCPStore client lost its server before any process group formed: the store host never served the job."""
     if not events or world_formed(ctx):
         return None

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
-from logscope.vocab import PHASE_ORDER, Phase
+from logscope.vocab import PHASE_ORDER, Event, Phase
 
 
 @check("timeout_at_param_sync")
-def timeout_at_param_sync(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def timeout_at_param_sync(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Timeouts on ranks whose last line before them is their sync line (nothing of training in between), and the
     ranks of the world with no sync line: those never reached the sync."""
     synced = {e["rank"]: e for e in ctx.by_kind.get("sync_start", []) if e["rank"] is not None}
@@ -23,15 +23,17 @@ def timeout_at_param_sync(rule: Rule, ctx: Context, events: list[dict[str, Any]]
     if not waiting or not absent:
         return None
     first = synced[min(synced)]
+    waiting_ranks = {rank for e in waiting if (rank := e["rank"]) is not None}  # all of them: each is in `synced`
     return Hit(
         [*waiting, first],
-        {e["rank"] for e in waiting},
+        waiting_ranks,
         culprits=absent,
-        values={"sync_line": first["text"], "waiting": sorted({e["rank"] for e in waiting}), "absent": absent},
+        values={"sync_line": first["text"], "waiting": sorted(waiting_ranks), "absent": absent},
     )
 
 
-def _timed_out_in_the_sync(ctx: Context, timeout: dict[str, Any]) -> bool:
+def _timed_out_in_the_sync(ctx: Context, timeout: Event) -> bool:
     """The rank's own lines before the timeout stop at the sync phase: no training line came between."""
-    state = ctx.states.get(timeout["rank"])
+    rank = timeout["rank"]
+    state = ctx.states.get(rank) if rank is not None else None
     return state is not None and state.progress_count == 0 and state.furthest <= PHASE_ORDER[Phase.SYNC]

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import regex
 
 from logscope.rules.api import Context
 from logscope.rules.checks.rows import frame_function
+from logscope.vocab import Event
 
 # Functions that join the world: an exception raised under one of them, saying it waited or could not connect,
 # means the world never formed (a rendezvous failure), whatever the exception's class.
@@ -52,7 +51,7 @@ def world_formed(ctx: Context) -> bool:
     return any(ctx.by_kind.get(k) for k in WORLD_FORMED_KINDS)
 
 
-def raised_joining_world(ctx: Context, exception: dict[str, Any]) -> dict[str, Any] | None:
+def raised_joining_world(ctx: Context, exception: Event) -> Event | None:
     """The frame of `exception`'s traceback that joins the world, where the exception says the join waited or
     could not connect; else None."""
     if exception["kind"] != "python_exception" or not JOIN_FAILURE.search(str(exception["_f"].get("reason") or "")):

@@ -13,11 +13,11 @@ from typing import Any
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.failures import nothing_failed_nor_finished
 from logscope.rules.checks.world import world_formed
-from logscope.vocab import PHASE_ORDER
+from logscope.vocab import PHASE_ORDER, Event
 
 
 @check("world_never_formed")
-def world_never_formed(rule: Rule, ctx: Context, events: list[dict[str, Any]], params: dict[str, Any]) -> Hit | None:
+def world_never_formed(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Some ranks of a declared world start and wait at init; the others never print: the world never formed."""
     if not nothing_failed_nor_finished(ctx):
         return None
