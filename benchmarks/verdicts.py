@@ -1,6 +1,6 @@
 """The verdict of every fixture run, one JSON line each: for checking that a performance change changes no diagnosis.
 
-Every folder under fixtures/real/runs, fixtures/gpu, fixtures/rl, fixtures/rl5 and fixtures/cases is analysed in
+Every folder under fixtures/real/runs, gpu, rl, rl5, cases and blind_runs is analysed in
 this process, one after another, and printed as its category, culprit ranks, confidence and the rule ids of its
 findings (or the error it raised). Run it once with the tree before a change and once after, and compare:
 
@@ -21,7 +21,14 @@ from logscope.errors import LogscopeError
 from logscope.report.jsonout import render
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURE_PARENTS = ("fixtures/real/runs", "fixtures/gpu", "fixtures/rl", "fixtures/rl5", "fixtures/cases")
+FIXTURE_PARENTS = (
+    "fixtures/real/runs",
+    "fixtures/gpu",
+    "fixtures/rl",
+    "fixtures/rl5",
+    "fixtures/cases",
+    "fixtures/blind_runs",
+)
 
 
 def verdict(folder: Path) -> dict[str, Any]:

@@ -180,7 +180,8 @@ def build_states(rows: list[Event], rank_rows: list[RankRow], complete_ranks: se
         if kind in PROGRESS_KINDS:
             state.last_progress = row
             state.progress_count += 1
-        if _is_end(row):
+        if _is_end(row) and not _after(row, state.first_error):
+            # An end line after the rank's own error is its teardown (an exit hook's "closed"), not its loop's end.
             state.ended = True
         if row["level"] == "error":
             first = state.first_error_clock
@@ -199,6 +200,16 @@ def build_states(rows: list[Event], rank_rows: list[RankRow], complete_ranks: se
         if kind in COLLECTIVE_KINDS:
             _note_collective(state, row)
     return states
+
+
+def _after(row: Event, earlier: Event | None) -> bool:
+    """Whether `row` was printed after `earlier`: by their clocks, else by their order in one file."""
+    if earlier is None:
+        return False
+    when, then = clock(row), clock(earlier)
+    if when is not None and then is not None:
+        return when > then
+    return row["sid"] == earlier["sid"] and row["line"] > earlier["line"]
 
 
 def _note_collective(state: RankState, row: Event) -> None:

@@ -18,7 +18,7 @@ from typing import IO
 
 from logscope.errors import READ_ERRORS
 from logscope.events.extract import Extractor
-from logscope.ingest.normalise import normalise
+from logscope.ingest.normalise import nccl_process, normalise
 from logscope.ingest.sources import Source
 from logscope.vocab import Event
 
@@ -34,36 +34,66 @@ _DYNAMIC = re.compile(
     r"(?i)(?<![a-z])(?:epoch|iter\w*|step|steps|seq\w*|sequence|watchdog|timeout|timed|elapsed|eta|it/s|s/it)(?![a-z])"
 )
 # Values that differ between healthy ranks or runs: metrics, clocks, hosts, addresses, paths, process ids,
-# devices, seeds and data shards (for a line, anywhere in it; for a setting, its name).
+# devices and data shards (for a line, anywhere in it; for a setting, its name). Seeds are compared: offset by the
+# rank they differ on every rank, and only one rank against a majority that agrees is reported.
 _VARYING = re.compile(
     r"(?i)https?://|/|\\|@|0x[0-9a-f]+|(?<![0-9a-z])(?=[0-9a-f]{8,}(?![0-9a-z]))[0-9]*[a-f]|(?<![a-z])(?:loss|lr|"
-    r"acc\w*|reward|time|sec|ms|%|host\w*|node|ip|addr\w*|port|pid|device|cuda|gpu|npu|seed|shard|local[_ ]?rank|"
+    r"acc\w*|reward|time|sec|ms|%|host\w*|node|ip|addr\w*|port|pid|device|cuda|gpu|npu|shard|local[_ ]?rank|"
     r"memory|mem|gb|mb|throughput|speed|samples?|tokens?|date|hash|checksum)(?![a-z])"
 )
+# Settings named for what is the rank's own, not the job's: its identity, its place, its process.
+_OWN_KEY = re.compile(r"(?i)rank|member|group|world|\bid\b|_id|pid|host|node|name|restart")
+# `srun --label`'s task number before a line: the task is the rank.
+_SRUN_LABEL = re.compile(r"\s*(\d{1,5}): (?=\S)")
 # "num_envs=512", "batch_size: 32": a setting's name and its value.
 _SETTING = re.compile(r"(?<![\w.])([A-Za-z_][\w.]{0,40})\s*[=:]\s*([^\s,;]{1,60})")
 # A template about tensors going into a collective: a difference there is a collective mismatch.
 _TENSOR = re.compile(r"(?i)tensor|torch\.Size|shape|numel|dtype|bucket")
 
 
-def _facets(text: str) -> tuple[int, list[tuple[str, tuple[str, ...], str]]] | None:
+def _facets(text: str, label: int | None = None) -> tuple[int, list[tuple[str, tuple[str, ...], str]]] | None:
     """The line's rank and what it says, as (facet, values, line) triples: one per "key=value" setting where the
     line has them (its other settings may be the rank's own), else the whole line's numbers. None for a line that
-    names no rank or says only what varies."""
+    names no rank (in its text, or by the task label `srun --label` put before it) or says only what varies."""
     m = _RANK_IN_TEXT.search(text)
-    if m is None:
+    if m is not None:
+        rank, rest = int(m.group(1)), text[: m.start(1)] + "R" + text[m.end(1) :]
+    elif label is not None:
+        rank, rest = label, text
+    else:
         return None
-    rest = text[: m.start(1)] + "R" + text[m.end(1) :]
-    if _DYNAMIC.search(rest):
+    if _DYNAMIC.search(_SETTING.sub(" ", rest)):  # free words about progress; a setting named so is only left out
         return None
     template = " ".join(_NUMBER.sub("0", rest).split())
-    settings = [(k, v) for k, v in _SETTING.findall(rest) if not _VARYING.search(k)]
+    settings = [(k, v) for k, v in _SETTING.findall(rest) if not _VARYING.search(k) and not _DYNAMIC.search(k)]
     if settings:
-        return int(m.group(1)), [(f"{template} | {k}", (v,), text) for k, v in settings]
+        return rank, [(f"{template} | {k}", (v,), text) for k, v in settings]
     if _VARYING.search(rest):
         return None
     values = tuple(_NUMBER.findall(rest))
-    return (int(m.group(1)), [(template, values, text)]) if values else None
+    return (rank, [(template, values, text)]) if values else None
+
+
+def _pair_differs(
+    facet: str, rank: int, mine: tuple[tuple[str, ...], int, int, str], rank0: tuple[tuple[str, ...], int, int, str]
+) -> bool:
+    """Whether a setting that rank `rank` and rank 0 alone print differs between them for another reason than the
+    rank itself: on a line of settings (two or more) about one rank, not named for the rank, node or process, and
+    not a value derived from the rank (a seed offset by it, a host named after it)."""
+    if " | " not in facet or _OWN_KEY.search(facet.rsplit(" | ", 1)[1]):
+        return False
+    text = normalise(mine[3]).text
+    if nccl_process(text) is not None:  # NCCL's own lines: its environment is LS405's, its timings vary
+        return False
+    if len(_SETTING.findall(text)) < 2 or len({m.group(1) for m in _RANK_IN_TEXT.finditer(text)}) > 1:
+        return False
+    (value,), (value0,) = mine[0], rank0[0]
+    if value == value0 or value.replace(str(rank), "0") == value0:
+        return False
+    try:
+        return float(value) - float(value0) != rank
+    except ValueError:
+        return True
 
 
 def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[], IO[bytes]]]) -> list[Event]:
@@ -84,10 +114,11 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
         for n, raw in enumerate(head, 1):
             # Most lines name no rank: skip them before normalising (a colour code could split the word, so a
             # line with one is always normalised).
-            if "\x1b" not in raw and "rank" not in raw.lower():
+            labelled = _SRUN_LABEL.match(raw)
+            if "\x1b" not in raw and "rank" not in raw.lower() and labelled is None:
                 continue
             line = normalise(raw)
-            facets = _facets(line.text)
+            facets = _facets(line.text, int(labelled[1]) if labelled and line.prefixes[:1] == ("srun_label",) else None)
             if facets is None:
                 continue
             rank, said = facets
@@ -99,12 +130,21 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
     rows: list[Event] = []
     seen: set[int] = set()  # one event per rank: its first differing line says enough
     for facet, per_rank in first.items():
-        if len(per_rank) < MIN_RANKS:
+        about_what = "tensor" if _TENSOR.search(about[facet]) else "setting"
+        if len(per_rank) == 2 and about_what == "setting" and 0 in per_rank:
+            # Two ranks and no majority: the one that is not rank 0 (whose parameters and config the others take)
+            # differs from it (rule LS409 reports it only where the run failed).
+            (rank,) = set(per_rank) - {0}
+            if not _pair_differs(facet, rank, per_rank[rank], per_rank[0]):
+                continue
+            common, about_what = per_rank[0][0], "pair_setting"
+        elif len(per_rank) < MIN_RANKS:
             continue
-        common, count = Counter(v for v, *_ in per_rank.values()).most_common(1)[0]
-        if count != len(per_rank) - 1:
-            continue
-        rank = next(r for r, (v, *_) in per_rank.items() if v != common)
+        else:
+            common, count = Counter(v for v, *_ in per_rank.values()).most_common(1)[0]
+            if count != len(per_rank) - 1:
+                continue
+            rank = next(r for r, (v, *_) in per_rank.items() if v != common)
         if rank in seen:
             continue
         _, sid, n, raw = per_rank[rank]
@@ -113,7 +153,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
         fields = {
             "differs": line.text.strip()[:200],
             "peers_print": normalise(peer_raw).text.strip()[:200],
-            "about": "tensor" if _TENSOR.search(about[facet]) else "setting",
+            "about": about_what,
             "rank": rank,
         }
         row = Extractor._row(sid, sources[sid], n, KIND, "warning", None, line, fields)

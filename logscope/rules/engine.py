@@ -15,7 +15,7 @@ from typing import Any
 from logscope.align.model import Aligned
 from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import API_OPTYPE, CHECKS, Context, Hit, Rule, breaks_own_pattern
-from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER, Event, Evidence, Finding
+from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER, Event, Evidence, Finding, Phase
 
 # Variables that identify a host or a rank and so differ by design.
 UNSET = "<not set>"
@@ -84,7 +84,27 @@ def cond_absent_after_phase(rule: Rule, ctx: Context, events: list[Event]) -> Hi
     have = {r for r in ctx.visible if any(e["kind"] in expect for e in ctx.by_rank.get(r, []))}
     if rule.condition.get("peers_have", True) and not have:
         return None
-    missing = sorted(r for r in ctx.visible - have if ctx.reached(r, reached))
+    # A missing line is evidence only from a rank whose log covers where it would be: one that printed a kind of
+    # line that a rank with the line printed before it (its config, its model) and one it printed after it, short of
+    # the end (its training start). A rank that prints its config and then only its end (rank 0 alone narrates the
+    # setup) may have joined the sync in silence.
+    before: set[str] = set()
+    after: set[str] = set()
+    for r in have:
+        own = ctx.by_rank[r]
+        first = min(ctx.order(e) for e in own if e["kind"] in expect)
+        for e in own:
+            if e["level"] == "benign" or e["kind"] in expect or e["sid"] != first[1]:
+                continue
+            (before if ctx.order(e) < first else after).add(e["kind"])
+    after = {k for k in after if k not in before}
+    missing = sorted(
+        r
+        for r in ctx.visible - have
+        if ctx.reached(r, reached)
+        and any(e["kind"] in before for e in ctx.by_rank.get(r, []))
+        and any(e["kind"] in after and e["phase"] != Phase.END for e in ctx.by_rank.get(r, []))
+    )
     if not missing:
         return None
     evidence = [e for r in missing for e in ctx.by_rank[r] if PHASE_ORDER.get(e["phase"], -1) >= PHASE_ORDER[reached]][
@@ -419,7 +439,10 @@ def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
     if world == 2 and len(reporters) == 1 and _alive_without_timeout(ctx, 1 - next(iter(reporters)), erred):
         # Two ranks: the one that timed out waited for the other, which logged on without timing out.
         return [1 - next(iter(reporters))]
-    peers = sorted(r for r in (ctx.visible & complete) - reporters - erred)
+    # A rank that torchrun stopped at teardown (SIGTERM) with no line of its own was alive and not in the failed
+    # collective: its summary is the rank's only trace.
+    torn_down = {r for r, info in ctx.ranks.items() if info["status"] == "hidden" and info["exit_code"] == -15}
+    peers = sorted(r for r in ((ctx.visible & complete) | torn_down) - reporters - erred)
     # The culprit is the minority that is somewhere else; when most ranks are silent, silence says nothing.
     if peers and len(peers) <= len(reporters):
         return peers

@@ -9,7 +9,8 @@ What makes a finding a consequence, in this order:
    failure finding names the rank that went;
 2. another failure finding is of a kind that explains it (a mismatch, a skipped sync, a crash or an OOM explains
    its peers' timeouts and communication errors: the rule's specificity encodes that order) and names a culprit
-   among the ranks this one waited for, or this one names no culprit of its own;
+   among the ranks this one waited for, or this one names no culprit of its own; ranks that disagree on their
+   configuration explain any collective mismatch between them;
 3. when both carry clocks, a failure that started later than another one's first line, on other ranks.
 """
 
@@ -98,6 +99,9 @@ def _explainer(
         # formed by any other failure.
         late_rendezvous = f["category"] == "rendezvous_failure" and formed and g["category"] != "rendezvous_failure"
         if (remote_only[id(f)] and (g["culprit_ranks"] or g["ranks"])) or late_rendezvous:
+            explains = True
+        elif f["category"] == "collective_mismatch" and g["category"] == "config_disagreement":
+            # Ranks that run with different settings call different collectives: the disagreement is the cause.
             explains = True
         elif f["category"] in SYMPTOMS and g["specificity"] > f["specificity"]:
             # A more specific finding explains this one when it names who the others waited for, or this one

@@ -26,6 +26,7 @@ COMM_KINDS = {
     "gloo_peer_reset",
     "gloo_size_mismatch",
     "gloo_connect_failed",
+    "comm_library_error",
     "monitored_barrier_failed",
     "collective_mismatch_detail",
     "desync_report",

@@ -22,6 +22,8 @@ from logscope.vocab import Event, Severity, at_least
 STOPPED_FROM_OUTSIDE_EXC = ("KeyboardInterrupt", "SignalException")
 # A traceback this close below torchrun's "Received N death signal" is torchrun's own, unwinding from the stop.
 STOP_SIGNAL_SPAN = 40
+# torchrun's reports of a worker's exit ("failed (exitcode: 1) local_rank: 0", the ChildFailedError summary's entries).
+AGENT_EXIT_KINDS = frozenset({"worker_failed", "child_failure"})
 _NCCL_TRACE = regex.compile(r"\.(?:cc|cu|h):\d+ -> \d")
 # A line this close to the end of its file is where that file stops.
 LAST_LINES = 3
@@ -102,6 +104,7 @@ def _unexplained_errors(ctx: Context, others: bool) -> list[Event]:
         and not (e["kind"] == "traceback_start" and _explained(ctx, headers.get((e["sid"], e["line"]))))
         and not (e["kind"] == "traceback_start" and _after_a_stop_signal(ctx, e))
         and not (e["kind"] == "nccl_error_return" and _nccl_went_on(ctx, e))
+        and not (e["kind"] in AGENT_EXIT_KINDS and e["exitcode"] == -15)  # the launcher stopped it: teardown
     ]
     # A traceback is told by the line that ends it (its exception); a header stays only where the traceback is cut off.
     ends = {(x["sid"], x["line"]) for x in candidates}
@@ -111,8 +114,29 @@ def _unexplained_errors(ctx: Context, others: bool) -> list[Event]:
         if not (e["kind"] == "traceback_start" and _key(headers.get((e["sid"], e["line"]))) in ends)
     ]
     if others:  # beside a diagnosed failure, only what could be a cause of its own counts
-        candidates = [e for e in candidates if e["kind"] not in REMOTE_KINDS and not _consequence_exception(e)]
+        candidates = [
+            e
+            for e in candidates
+            if e["kind"] not in REMOTE_KINDS
+            and not _consequence_exception(e)
+            and not (e["kind"] == "traceback_start" and _consequence_end(headers.get((e["sid"], e["line"]))))
+            and not (e["kind"] in AGENT_EXIT_KINDS and _failed_as_consequence(ctx, e["rank"]))
+        ]
     return candidates
+
+
+def _consequence_end(end: Event | None) -> bool:
+    return end is not None and (end["kind"] in REMOTE_KINDS or _consequence_exception(end))
+
+
+def _failed_as_consequence(ctx: Context, rank: int | None) -> bool:
+    """The launcher's report of a rank's exit (or of an unnamed one) where that rank's own failure was a peer's
+    consequence (a lost connection): the report says no more than the rank did."""
+    if rank is None:
+        return True
+    state = ctx.states.get(rank)
+    first = state.first_error if state is not None else None
+    return first is not None and (first["kind"] in REMOTE_KINDS or _consequence_exception(first))
 
 
 def _lead_warnings(ctx: Context) -> list[Event]:
@@ -127,9 +151,10 @@ def _lead_warnings(ctx: Context) -> list[Event]:
 
 
 def _first_per_rank(ctx: Context, candidates: list[Event]) -> dict[int | None, Event]:
-    """Each rank's first candidate in time (None: the first that names no rank)."""
+    """Each rank's first candidate in time (None: the first that names no rank); a rank's own line before the
+    launcher's report of its exit, which says less (the exit status) and is printed after it."""
     first: dict[int | None, Event] = {}
-    for e in sorted(candidates, key=ctx.order):
+    for e in sorted(candidates, key=lambda x: (x["kind"] in AGENT_EXIT_KINDS, ctx.order(x))):
         for rank in _ranks_of(e):
             first.setdefault(rank, e)
     return first

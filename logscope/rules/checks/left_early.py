@@ -23,13 +23,13 @@ def left_early(rule: Rule, ctx: Context, events: list[Event], params: dict[str, 
     leavers = sorted(
         r
         for r, s in ctx.states.items()
-        if s.status == "visible" and s.first_error is None and s.exit_code in (None, 0) and (s.ended or r in unlisted)
+        if s.status == "visible"
+        and s.first_error is None
+        and s.exit_code in (None, 0)
+        # Gone before the teardown, from inside its training loop (a log that stops at the sync left no loop).
+        and (s.ended or (r in unlisted and s.reached_train))
     )
-    waiting = sorted(
-        r
-        for r, s in ctx.states.items()
-        if s.first_error is not None and not s.ended and s.first_error["kind"] in COMM_FAMILY
-    )
+    waiting = sorted(r for r, s in ctx.states.items() if s.first_error is not None and not s.ended and _waited(ctx, r))
     own_fault = [
         s for s in ctx.states.values() if s.first_error is not None and s.first_error["kind"] in OWN_FAULT_KINDS
     ]
@@ -45,15 +45,37 @@ def left_early(rule: Rule, ctx: Context, events: list[Event], params: dict[str, 
     )
 
 
+def _final(ctx: Context, kind: str) -> list[Event]:
+    return [e for e in ctx.by_kind.get(kind, []) if (e["attempt"] or 0) >= ctx.final_attempt]
+
+
+def _waited(ctx: Context, rank: int) -> bool:
+    """The rank's own error lines say it was waiting on a peer (a timeout, a closed connection, a remote error):
+    the first of them may be the header of the traceback whose exception says so."""
+    return any(e["level"] == "error" and e["kind"] in COMM_FAMILY for e in _own_lines(ctx, rank))
+
+
+def _own_lines(ctx: Context, rank: int) -> list[Event]:
+    return [e for e in ctx.by_rank.get(rank, []) if (e["attempt"] or 0) >= ctx.final_attempt]
+
+
 def _exited_before_teardown(ctx: Context) -> set[int]:
-    """Visible ranks missing from torchrun's failure summary, which lists every worker still running at teardown
-    (failed or SIGTERMed): with no error of their own, they had already exited, with status 0."""
-    summarised = {e["rank"] for e in ctx.by_kind.get("child_failure", []) if (e["attempt"] or 0) >= ctx.final_attempt}
+    """Visible ranks missing from torchrun's failure summary, which lists the workers that had failed when torchrun
+    saw the first failure; it then stops the ones still running ("Sending process N closing signal SIGTERM"). A
+    rank it neither lists nor stops, with no error of its own, had already exited, with status 0."""
+    summarised = {e["rank"] for e in _final(ctx, "child_failure")}
+    nodes = {ctx.ranks[r]["node"] for r in summarised if r in ctx.ranks}
     unlisted = {
         r
         for r, s in ctx.states.items()
-        if summarised and r not in summarised and s.status == "visible" and s.exit_code is None
+        if summarised
+        and r not in summarised
+        and s.status == "visible"
+        and s.exit_code is None
+        and ctx.ranks[r]["node"] in nodes  # the same agent's summary
     }
+    if not _final(ctx, "worker_sigterm_sent"):  # torchrun found no worker left to stop
+        return unlisted
     if len(unlisted) >= len(summarised):  # a summary that lists only a few of the ranks says nothing of the rest
         return set()
     return unlisted

@@ -26,4 +26,21 @@ def peer_connection_lost(rule: Rule, ctx: Context, events: list[Event], params: 
             culprits = sorted(peers)
         elif world == 2 and len(reporters) == 1:
             culprits = [1 - next(iter(reporters))]
-    return Hit(events, reporters, culprits=culprits, values={"reporters": sorted(reporters) or "unknown"})
+    hit = Hit(events, reporters, culprits=culprits, values={"reporters": sorted(reporters) or "unknown"})
+    if culprits and all(_died_silently(ctx, r) for r in culprits):
+        # The peers' own logs stop with no error and no end: they died without a word (killed, their node lost),
+        # and the lost connection is only how the others learnt of it.
+        hit.category = "crash"
+    return hit
+
+
+def _died_silently(ctx: Context, rank: int) -> bool:
+    state = ctx.states.get(rank)
+    return (
+        state is not None
+        and state.status == "visible"
+        and state.complete
+        and state.first_error is None
+        and not state.ended
+        and state.exit_code in (None, -9)
+    )

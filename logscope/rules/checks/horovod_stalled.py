@@ -1,0 +1,41 @@
+"""The check `horovod_stalled`, behind LS105 (rules/LS105_horovod_stalled_collective.yaml): Horovod's stall check
+lists a collective (not the start-up broadcast, which is LS305's) that some ranks submitted and others never did;
+the ranks it waits for are the culprits: named ("missing ranks", "Stalled ranks:"), or the world's ranks that no
+"ready ranks" list holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logscope.align.values import int_list
+from logscope.rules.api import Context, Hit, Rule, check
+from logscope.vocab import Event
+
+
+@check("horovod_stalled")
+def horovod_stalled(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
+    """The ranks a Horovod collective waits for: missing from its stall lists, in every list that names them."""
+    rows = [e for e in events if str(ctx.field(e, "op") or "").lower() != "broadcast"]
+    if not rows or len(rows) < len(events):
+        # A stalled start-up broadcast (LS305) explains the rest: the ranks that passed it wait for the others in
+        # their first allreduce.
+        return None
+    missing: set[int] | None = None
+    ready_rows = [e for e in rows if ctx.field(e, "ready") is not None]
+    world = ctx.job.get("world_size") if ctx.job.get("world_size_declared") else None
+    if ready_rows:
+        ready = [set(int_list(ctx.field(e, "ready"))) for e in ready_rows]
+        # Without a stated world, the ranks up to the highest that any list names.
+        size = world or max(max(r) for r in ready if r) + 1
+        missing = set.intersection(*(set(range(size)) - r for r in ready))
+    for e in rows:
+        named = ctx.field(e, "missing")
+        if named is not None:
+            these = set(int_list(named))
+            missing = these if missing is None else missing | these
+    return Hit(
+        rows[:8],
+        {e["rank"] for e in rows if e["rank"] is not None},
+        culprits=sorted(missing or ()),
+        values={"tensor": ctx.field(rows[0], "tensor"), "waiting_for": sorted(missing or ()) or "unknown"},
+    )

@@ -1,0 +1,52 @@
+"""Cross-rank comparison of the lines that name their rank (events/rank_values.py), on real lines read from the
+fixtures at run time: which differences between ranks are a setting that differs, and which are the rank's own."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from logscope.events.rank_values import rank_value_differences
+from logscope.ingest.sources import Source
+
+ROOT = Path(__file__).resolve().parent.parent
+BLIND = ROOT / "fixtures" / "blind_runs"
+
+
+def lines_with(path: Path, needle: str) -> list[str]:
+    return [line for line in path.read_text().splitlines() if needle in line]
+
+
+def differences(lines: list[str]) -> list[tuple[int, str]]:
+    data = ("\n".join(lines) + "\n").encode()
+    source = Source("console.log", "console", len(data))
+    rows = rank_value_differences([source], {"console.log": lambda: io.BytesIO(data)})
+    return [(row["grank"], row["_f"]["about"]) for row in rows]
+
+
+@pytest.mark.parametrize(
+    ("run", "needle", "want"),
+    [
+        # Two ranks, another horizon on rank 1: the rank that differs from rank 0 (LS409 reports it in a failed run).
+        ("r12d_rlgames_rank1_horizon_disagree", "[r12d] rank", [(1, "pair_setting")]),
+        # Two ranks whose seeds differ by the rank itself (42, 43): no disagreement.
+        ("r12d_rslrl_rank0_exit0_midloop", "[r12d] rank", []),
+        # Three ranks behind `srun --label`-style task numbers, a seed one rank does not share: a majority.
+        ("r12c_torchrun_seed_disagree_rank1", "config: seed=", [(1, "setting")]),
+    ],
+)
+def test_rank_value_differences(run: str, needle: str, want: list[tuple[int, str]]) -> None:
+    console = BLIND / run / "node0" / "console.log"
+    lines = lines_with(console, needle)
+    assert len(lines) >= 2
+    assert differences(lines) == want
+
+
+def test_settings_named_for_the_rank_are_not_compared() -> None:
+    # "[rank 1] group_rank=1 world=2 restart_count=0 run_id=...": group_rank follows the rank by design.
+    console = BLIND / "r11f_torchrun_c10d_restart_fails"
+    lines = [line for path in sorted(console.rglob("*.log")) for line in lines_with(path, "group_rank=")]
+    assert {"[rank 0]", "[rank 1]"} <= {tag for line in lines for tag in ("[rank 0]", "[rank 1]") if tag in line}
+    assert differences(lines) == []
