@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 import regex
 
-from logscope.events.catalogue import catalogue
+from logscope.events.catalogue import ascii_variant, catalogue
 from logscope.events.extract import Extractor
 from logscope.events.literals import required_literals
 
@@ -78,3 +78,51 @@ def test_hits_planned_from_literals_are_the_hits_of_every_prefilter() -> None:
         narrowed = frame.select(extractor._hits(frame, extractor._every))["sigs"].to_list()
         full = frame.select(pl.concat_list(extractor._hit_exprs).list.drop_nulls().alias("sigs"))["sigs"].to_list()
         assert narrowed == full
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        (r"nccl[A-Z]\w+", "nccl[A-Z][0-9A-Za-z_]+"),
+        (r"(^\s*|\s\s)x", r"(^[\t\n\x0B\x0C\r ]*|[\t\n\x0B\x0C\r ][\t\n\x0B\x0C\r ])x"),
+        (r"[\w.<>]+ \([^():]+\.py", r"[0-9A-Za-z_.<>]+ \([^():]+\.py"),  # inside a class: the ranges alone
+        (r"\S+:\d", r"[\x00-\x08\x0E-\x1F!-\x7F]+:[0-9]"),
+        (r"\bx\b[\b]", r"(?-u:\b)x(?-u:\b)[\b]"),
+        (r"[]\w]\w", r"[]0-9A-Za-z_][0-9A-Za-z_]"),  # a `]` first in a class is a literal, the class goes on
+        (r"[^]\s]\.\(", r"[^]\t\n\x0B\x0C\r ]\.\("),
+    ],
+)
+def test_ascii_variant(pattern: str, expected: str) -> None:
+    assert ascii_variant(pattern) == expected
+
+
+def test_ascii_classes_match_the_same_ascii_characters() -> None:
+    # Every ASCII character, as Rust's regex (polars) reads the Unicode class and its ASCII spelling.
+    chars = pl.Series([chr(i) for i in range(128)])
+    for cls in (r"\w", r"\s", r"\S", r"\d"):
+        unicode = chars.str.contains(f"^{cls}$").to_list()
+        spelled = chars.str.contains(f"^{ascii_variant(cls)}$").to_list()
+        assert unicode == spelled, cls
+    words = pl.Series(["a b", "ab", "_x", "x.", ".", "a1 b2"])
+    assert words.str.contains(r"\b").to_list() == words.str.contains(ascii_variant(r"\b")).to_list()
+
+
+def test_ascii_prefilters_pass_the_same_ascii_fixture_lines() -> None:
+    lines = pl.Series([line for line in fixture_lines() if line.isascii()])
+    assert len(lines) > 5000
+    changed = [s for s in catalogue().signatures if s.ascii_prefilter != s.prefilter]
+    assert changed  # the catalogue uses \w, \s and \S
+    for sig in catalogue().signatures:
+        assert lines.str.contains(sig.prefilter).to_list() == lines.str.contains(sig.ascii_prefilter).to_list()
+
+
+def test_limited_hits_are_the_hits_of_every_limited_prefilter() -> None:
+    extractor = Extractor(catalogue())
+    selected = [line for line in fixture_lines() if regex.search(catalogue().union_prefilter, line)]
+    live = extractor._limited[::2]
+    for start in range(0, len(selected), 700):
+        frame = pl.DataFrame({"t": selected[start : start + 700]})
+        found = extractor._limited_hits(frame, live)
+        full = frame.select(pl.concat_list([extractor._hit_exprs[i] for i in extractor._limited]).list.drop_nulls())
+        assert found["lsigs"].to_list() == full.to_series().to_list()
+        assert found["first"].to_list() == [next((i for i in hits if i in live), None) for hits in found["lsigs"]]

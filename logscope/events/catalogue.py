@@ -72,6 +72,11 @@ class Signature:
         return regex.compile(self.prefilter)
 
     @cached_property
+    def ascii_prefilter(self) -> str:
+        """The prefilter for ASCII text (see `ascii_variant`): the same lines pass, read faster."""
+        return ascii_variant(self.prefilter)
+
+    @cached_property
     def literals(self) -> Literals | None:
         """Strings one of which every line that passes the prefilter contains (None: no such set is known)."""
         return required_literals(self.prefilter)
@@ -95,6 +100,43 @@ class Catalogue:
 
     def of_kind(self, kind: str) -> tuple[Signature, ...]:
         return tuple(s for s in self.signatures if s.kind == kind)
+
+
+# Unicode classes spelled in ASCII: on ASCII text each matches exactly the characters the Unicode class does
+# (tests/test_literals.py checks every ASCII character), and Rust's lazy DFA reads a union without Unicode classes
+# faster (a quarter faster on ProcessGroupWrapper's fingerprint lines).
+_ASCII_CLASSES = {"w": "0-9A-Za-z_", "s": r"\t\n\x0B\x0C\r ", "S": r"\x00-\x08\x0E-\x1F!-\x7F", "d": "0-9"}
+
+
+def ascii_variant(pattern: str) -> str:
+    """`pattern` with `\\w`, `\\s`, `\\S`, `\\d` and `\\b` in their ASCII spelling: on text that is all ASCII it passes
+    exactly the lines `pattern` passes. Only for ASCII text (on other text the two differ)."""
+    out: list[str] = []
+    i = 0
+    in_class = False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            e = pattern[i + 1]
+            if e in _ASCII_CLASSES:
+                out.append(_ASCII_CLASSES[e] if in_class else f"[{_ASCII_CLASSES[e]}]")
+            elif e == "b" and not in_class:
+                out.append(r"(?-u:\b)")
+            else:
+                out.append(c + e)
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            for lead in ("^", "]"):  # a `]` first in a class (after any `^`) is a literal
+                if pattern.startswith(lead, i):
+                    out.append(lead)
+                    i += 1
+    return "".join(out)
 
 
 def _load() -> list[dict[str, object]]:

@@ -187,6 +187,9 @@ class Extractor:
         self._charged: dict[tuple[int, int], set[int]] = {}  # (sid, limited signature) -> streams charged to it
         self.lines: Counter[int] = Counter()  # sid -> lines fed so far (the reader does not count them)
         self._sids = pl.Series(dtype=pl.Int64)  # the current batch's source of each block
+        # Whether the current batch is all ASCII: then the scans use the prefilters' ASCII spelling (same lines).
+        self._ascii = False
+        self._ascii_union = "|".join(f"(?:{sig.ascii_prefilter})" for sig in self.signatures)
 
     def run(self, blocks: Iterable[Block]) -> Extraction:
         self.feed(blocks)
@@ -235,6 +238,7 @@ class Extractor:
         # Only the block number goes with every line: a line's source and number are worked out for the few
         # candidates (a column more on every line costs as much as a tenth of the scan).
         self._sids = pl.Series([b.sid for b in batch], dtype=pl.Int64)
+        self._ascii = all(b.ascii for b in batch)
         frame = pl.DataFrame({"b": pl.Series(range(len(batch)), dtype=pl.Int32), "t": lines}).explode("t")
         physical = "row"
         if any(b"\r" in b.data for b in batch):  # a scan of the text is far cheaper than splitting every line
@@ -355,10 +359,14 @@ class Extractor:
 
     def _union(self, spent: list[int]) -> str:
         """The union prefilter without the spent signatures. They stay in `_hit_exprs`, so on the lines that
-        remain candidates they still shadow later signatures exactly as before."""
+        remain candidates they still shadow later signatures exactly as before. On an ASCII batch, spelled in
+        ASCII (`Signature.ascii_prefilter`): it passes the same lines, and the scan reads them faster."""
         if not spent:
-            return self.catalogue.union_prefilter
-        return "|".join(f"(?:{sig.prefilter})" for i, sig in enumerate(self.signatures) if i not in spent)
+            return self._ascii_union if self._ascii else self.catalogue.union_prefilter
+        return "|".join(f"(?:{self._prefilter(sig)})" for i, sig in enumerate(self.signatures) if i not in spent)
+
+    def _prefilter(self, sig: Signature) -> str:
+        return sig.ascii_prefilter if self._ascii else sig.prefilter
 
     def _with_latest(
         self, frame: pl.DataFrame, candidates: pl.DataFrame, spent: list[int], blocks: list[int], pasted: set[int]
@@ -374,13 +382,13 @@ class Extractor:
         starts = frame["b"].search_sorted(ids, side="left").to_list()
         ends = frame["b"].search_sorted(ids, side="right").to_list()
         bounds = [(b, start, end) for b, start, end in zip(blocks, starts, ends, strict=True) if end > start]
-        union = "|".join(f"(?:{self.signatures[i].prefilter})" for i in spent)
+        union = "|".join(f"(?:{self._prefilter(self.signatures[i])})" for i in spent)
 
         def last_rows(lines: pl.DataFrame) -> tuple[set[int], set[tuple[int, int]]]:
             """The last row per block, stream and signature, and the (block, signature) pairs that have one."""
             hits = self._with_stream(lines.filter(pl.col("t").str.contains(union)), pasted)
             last = hits.group_by("b", "q").agg(
-                pl.col("row").filter(pl.col("t").str.contains(self.signatures[i].prefilter)).last().alias(str(i))
+                pl.col("row").filter(pl.col("t").str.contains(self._prefilter(self.signatures[i]))).last().alias(str(i))
                 for i in spent
             )
             rows: set[int] = set()
@@ -424,10 +432,10 @@ class Extractor:
         live_limited = self._possible(selected, [i for i in self._limits if i not in spent])
         if not live_limited:  # the live union passed only unlimited signatures' lines
             return selected.with_columns(self._hits(selected, self._every))
-        first_limited = pl.coalesce([self._hit_exprs[i] for i in live_limited])
         marked = (
-            selected.with_columns(pl.col("t").str.contains(self._unlimited_union).alias("free"))
-            .with_columns(pl.when(pl.col("free")).then(None).otherwise(first_limited).alias("lim"))
+            self._limited_hits(selected, live_limited)
+            .with_columns(pl.col("t").str.contains(self._unlimited_union).alias("free"))
+            .with_columns(pl.when(pl.col("free")).then(None).otherwise(pl.col("first")).alias("lim"))
             .with_columns(
                 pl.int_range(pl.len(), dtype=pl.Int64).over("q", "lim").alias("nth"),
                 pl.len().over("q", "lim").alias("charged"),
@@ -451,13 +459,37 @@ class Extractor:
             pl.concat(
                 [
                     (free := kept.filter(pl.col("free"))).with_columns(self._hits(free, self._every)),
-                    (charged := kept.filter(~pl.col("free"))).with_columns(self._hits(charged, self._limited)),
+                    kept.filter(~pl.col("free")).with_columns(pl.col("lsigs").alias("sigs")),
                 ],
                 how="diagonal",
             )
             .select(*selected.columns, "sigs")
             .sort("row")
         )
+
+    def _limited_hits(self, lines: pl.DataFrame, live_limited: list[int]) -> pl.DataFrame:
+        """`lines` with `lsigs`, the limited signatures whose prefilter each line passes (catalogue order), and
+        `first`, the first of them in `live_limited`. Each prefilter is tried once, into bit masks; the few distinct
+        masks (lines of one kind pass the same prefilters) are turned into lists here, not a list per line."""
+        ids = self._possible(lines, self._limited)  # holds every one of live_limited
+        words = [ids[k : k + 62] for k in range(0, len(ids), 62)]
+        masks = [f"_mask{k}" for k in range(len(words))]
+        marked = lines.with_columns(
+            pl.sum_horizontal(
+                pl.col("t").str.contains(self.signatures[i].prefilter).cast(pl.Int64) * (1 << j)
+                for j, i in enumerate(word)
+            ).alias(name)
+            for word, name in zip(words, masks, strict=True)
+        )
+        live = set(live_limited)
+        table = []
+        for values in marked.select(masks).unique().iter_rows():
+            hits = [i for word, value in zip(words, values, strict=True) for j, i in enumerate(word) if value >> j & 1]
+            table.append((*values, next((i for i in hits if i in live), None), hits))
+        schema: dict[str, pl.DataType] = {name: pl.Int64() for name in masks}
+        schema |= {"first": pl.Int32(), "lsigs": pl.List(pl.Int32)}
+        found = pl.DataFrame(table, schema=schema, orient="row")
+        return marked.join(found, on=masks, how="left", maintain_order="left").drop(masks)
 
     def _possible(self, lines: pl.DataFrame, ids: list[int]) -> list[int]:
         """The signatures of `ids` whose prefilter may pass on one of `lines`: on a few lines, those with a

@@ -72,6 +72,7 @@ class Block:
     source: Source
     data: bytes  # valid UTF-8 (bytes that were not are U+FFFD), without the last line end
     final: bool  # the last block of its source
+    ascii: bool = False  # known to be all ASCII (the reader checks anyway); False: not known
 
     @property
     def text(self) -> str:
@@ -212,10 +213,11 @@ class Reader:
     def _block(sid: int, src: Source, body: bytes, stats: SourceStats, final: bool) -> Block:
         if 0 in body:  # one memchr; counting is a full pass that almost every block can skip
             stats.nul_bytes += body.count(0)
-        if not _is_utf8(body):  # rare: re-encoded once here, so every later stage sees valid UTF-8
+        ascii = body.isascii()
+        if not ascii and not _is_utf8(body):  # rare: re-encoded once here, so every later stage sees valid UTF-8
             body = body.decode("utf-8", "replace").encode("utf-8")
             stats.replaced_bytes = True
-        return Block(sid, src, body, final)
+        return Block(sid, src, body, final, ascii)
 
 
 def _read_block(read_step: Callable[[], bytes]) -> tuple[bytes, Exception | None]:
