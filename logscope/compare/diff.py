@@ -14,12 +14,13 @@ from typing import Any
 
 import polars as pl
 import regex
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment
 from rich.table import Table
 from rich.text import Text
 
 from logscope.align.state import AGENT_KINDS
 from logscope.model import Analysis
+from logscope.report.templating import html_environment
 
 JOB_FIELDS = (
     "world_size",
@@ -390,13 +391,7 @@ def changed_only(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _environment() -> Environment:
-    return Environment(
-        loader=PackageLoader("logscope.compare", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    return html_environment("logscope.compare")
 
 
 def render_html_section(comparison: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ import hashlib
 from importlib import resources
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment
 from markupsafe import Markup
 
 from logscope.events.table import PHASES
@@ -33,6 +33,7 @@ from logscope.report.html.ranks import (
 from logscope.report.html.summary import checklist_view, job_view, notes_view, replay_view, verdict_view
 from logscope.report.html.text import clip
 from logscope.report.html.timeline import build_timeline, verdict_collective
+from logscope.report.templating import html_environment
 from logscope.vocab import Finding
 
 
@@ -49,14 +50,8 @@ def render(analysis: Analysis) -> str:
 
 
 def _environment() -> Environment:
-    return Environment(
-        loader=PackageLoader("logscope.report", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,  # each section include ends its own line, as when the page was one file
-    )
+    # Each section include ends its own line, as when the page was one file.
+    return html_environment("logscope.report", keep_trailing_newline=True)
 
 
 def _asset(name: str) -> str:
