@@ -119,11 +119,12 @@ def aborted_failures(ctx: Context) -> list[Event]:
     return []
 
 
+def failure_found(ctx: Context) -> bool:
+    """Whether a main rule found a failure (what the fallback stage sees)."""
+    return any(at_least(f["severity"], Severity.ERROR) for f in ctx.findings)
+
+
 def nothing_failed_nor_finished(ctx: Context) -> bool:
     """The fallback rules' ground: no main rule found a failure, and nothing proves that the run finished."""
     proof = ctx.completion
-    return (
-        proof is not None
-        and not proof.proven
-        and not any(at_least(f["severity"], Severity.ERROR) for f in ctx.findings)
-    )
+    return proof is not None and not proof.proven and not failure_found(ctx)

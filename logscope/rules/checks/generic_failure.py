@@ -15,8 +15,8 @@ import regex
 from logscope.align.values import int_ranges
 from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import LEAD_FAMILY, REMOTE_KINDS, Context, Hit, Rule, check, family_category
-from logscope.rules.checks.failures import NOT_A_CAUSE_EXC, describe, message_kind, warned_before
-from logscope.vocab import Event, Severity, at_least
+from logscope.rules.checks.failures import NOT_A_CAUSE_EXC, describe, failure_found, message_kind, warned_before
+from logscope.vocab import Event
 
 # The job was stopped from outside (Ctrl-C, the scheduler's SIGTERM to torchrun): where a hang ends, not a failure.
 STOPPED_FROM_OUTSIDE_EXC = ("KeyboardInterrupt", "SignalException")
@@ -45,7 +45,7 @@ def generic_failure(rule: Rule, ctx: Context, events: list[Event], params: dict[
     proof = ctx.completion
     if proof is not None and proof.proven:
         return None
-    others = any(at_least(f["severity"], Severity.ERROR) for f in ctx.findings)
+    others = failure_found(ctx)
     candidates, factor = _candidates(ctx, others)
     if not candidates:
         return None
@@ -117,16 +117,16 @@ def _unexplained_errors(ctx: Context, others: bool) -> list[Event]:
         candidates = [
             e
             for e in candidates
-            if e["kind"] not in REMOTE_KINDS
-            and not _consequence_exception(e)
-            and not (e["kind"] == "traceback_start" and _consequence_end(headers.get((e["sid"], e["line"]))))
+            if not _a_consequence(e)
+            and not (e["kind"] == "traceback_start" and _a_consequence(headers.get((e["sid"], e["line"]))))
             and not (e["kind"] in AGENT_EXIT_KINDS and _failed_as_consequence(ctx, e["rank"]))
         ]
     return candidates
 
 
-def _consequence_end(end: Event | None) -> bool:
-    return end is not None and (end["kind"] in REMOTE_KINDS or _consequence_exception(end))
+def _a_consequence(e: Event | None) -> bool:
+    """A line that says only that a peer or the launcher ended things (a remote error, a DistBackendError ...)."""
+    return e is not None and (e["kind"] in REMOTE_KINDS or _consequence_exception(e))
 
 
 def _failed_as_consequence(ctx: Context, rank: int | None) -> bool:
@@ -135,8 +135,7 @@ def _failed_as_consequence(ctx: Context, rank: int | None) -> bool:
     if rank is None:
         return True
     state = ctx.states.get(rank)
-    first = state.first_error if state is not None else None
-    return first is not None and (first["kind"] in REMOTE_KINDS or _consequence_exception(first))
+    return _a_consequence(state.first_error if state is not None else None)
 
 
 def _lead_warnings(ctx: Context) -> list[Event]:

@@ -7,19 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
-from logscope.vocab import Event, Severity, at_least
+from logscope.rules.checks.failures import failure_found
+from logscope.vocab import Event
 
 
 @check("pair_setting_differs")
 def pair_setting_differs(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """In a failed run, the settings two ranks printed with different values (the rank that is not rank 0)."""
     rows = [e for e in events if ctx.field(e, "about") == "pair_setting" and e["rank"] is not None]
-    if not rows or not any(at_least(f["severity"], Severity.ERROR) for f in ctx.findings):
+    if not rows or not failure_found(ctx):
         return None
-    first = rows[0]
+    ranks = {e["rank"] for e in rows if e["rank"] is not None}
     return Hit(
         rows[:4],
-        {e["rank"] for e in rows if e["rank"] is not None},
-        culprits=sorted({e["rank"] for e in rows if e["rank"] is not None}),
-        values={"differs": ctx.field(first, "differs"), "peers_print": ctx.field(first, "peers_print")},
+        ranks,
+        culprits=sorted(ranks),
+        values={"differs": ctx.field(rows[0], "differs"), "peers_print": ctx.field(rows[0], "peers_print")},
     )
