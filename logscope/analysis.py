@@ -162,6 +162,7 @@ def _rank_json(row: Mapping[str, object]) -> dict[str, object]:
         "status",
         "exit_code",
         "signal",
+        "stopped_by",
         "phase",
         "last_iteration",
         "last_seq_enqueued",

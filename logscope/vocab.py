@@ -166,6 +166,7 @@ class RankRow(TypedDict):
     visible: bool
     exit_code: int | None
     signal: str | None
+    stopped_by: str | None  # who sent a SIGTERM it died of: launcher (teardown) | outside (align/align.py)
     phase: str | None
     last_iteration: int | None
     last_seq_enqueued: int | None

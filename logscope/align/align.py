@@ -17,7 +17,7 @@ import regex
 
 from logscope.align.job import job_facts
 from logscope.align.model import RANK_SCHEMA, Aligned
-from logscope.align.state import AGENT_KINDS, EARLY_PHASES, build_states, completion
+from logscope.align.state import AGENT_KINDS, EARLY_PHASES, TEARDOWN_EXIT, build_states, completion
 from logscope.align.values import int_list, int_or_none, int_ranges
 from logscope.events.catalogue import catalogue
 from logscope.events.extract import Extraction
@@ -44,8 +44,11 @@ WORLD_SIZE_KINDS = IDENTITY_KINDS
 OWN_RANK_KINDS = IDENTITY_KINDS | {"sync_start"}
 # Kinds whose lines name the rank they are about, and the field that holds it (signatures.yaml `names_rank`).
 NAMES_RANK = {s.kind: s.names_rank for s in catalogue().signatures if s.names_rank}
-# A training script's rank tag at the start of its message, after any logger prefix: "[RANK 0] ...", "[rank 1] ...".
-_RANK_TAG = regex.compile(r"\[(?:RANK|Rank|rank)[ _]?(\d{1,5})\] ")
+# A training script's rank tag at the start of its message, after any logger prefix: "[RANK 0] ...", "[rank 1] ...",
+# also behind bracketed fields of its own logger and with the world size: "[10:09:59][rank1/4][INFO] ...".
+_RANK_TAG = regex.compile(r"(?:\[[^\[\]]{1,40}\] ?){0,3}\[(?:RANK|Rank|rank)[ _]?(\d{1,5})(?:/\d{1,5})?\](?: |\[)")
+# A JSON-lines logger's record that carries the rank as a field of its own.
+_JSON_RANK = regex.compile(r'\{[^{}]{0,300}?"(?:rank|global_rank|RANK)": ?"?(\d{1,5})"?[,}]')
 # NCCL's record prefix ("node:2134736:2285781 [0] ...": host, pid, thread, device) and its proxy thread's own rank.
 _PROXY_RANK = regex.compile(r"\[Proxy Service (\d+)\]")
 # A source and, in a console with tee prefixes, the local rank a line is prefixed with.
@@ -143,6 +146,8 @@ def _fold_exit(entry: dict[str, Any], row: Event, in_final: bool) -> None:
         entry["host"] = entry["host"] or row["_f"].get("host")
     if row["kind"] == "worker_failed" and entry["exit_code"] is None:
         entry["exit_code"] = row["exitcode"]
+    if row["kind"] in ("child_failure", "worker_failed") and row["exitcode"] == TEARDOWN_EXIT:
+        entry["stopped_by"] = row["_f"].get("stopped_by", "launcher")
     if row["level"] == "error":
         entry["failed"] = True
 
@@ -262,6 +267,8 @@ class _Builder:
             rank = int(m.group(1))  # e.g. a "what():  [PG ID 0 ... Rank 2] ..." abort line, no [rankN]: prefix
         if rank is None and (m := _RANK_TAG.match(row["text"])):
             rank = int(m.group(1))  # a script's own tag on its message: "[RANK 0] epoch 0 step 5 loss 0.66"
+        if rank is None and row["text"].startswith("{") and (m := _JSON_RANK.match(row["text"])):
+            rank = int(m.group(1))  # a structured logger's record: {"ts": ..., "rank": 3, "msg": ...}
         return rank
 
     # ------------------------------------------------------------------ duplicates, attempts, phases
@@ -493,6 +500,32 @@ class _Builder:
                 if row["line"] - header <= SPAWN_TRACEBACK_LINES:
                     row["rank"] = rank
 
+    def outside_signals(self) -> None:
+        """torchrun stops the workers still running after a failure and says so ("Sending process N closing signal
+        SIGTERM"), then names the worker whose exit it saw first ("failed (exitcode: -15) local_rank: L (pid: P)").
+        When that first exit is a SIGTERM the agent never sent, and the agent itself was not signalled, the worker
+        was stopped from outside (kill, a scheduler): its own failure, not teardown. Its exit reports say so in
+        `stopped_by`."""
+        sent: dict[int, set[str]] = defaultdict(set)
+        signalled = {row["sid"] for row in self.rows if row["kind"] == "agent_death_signal"}
+        for row in self.rows:
+            if row["kind"] == "worker_sigterm_sent":
+                sent[row["sid"]].add(str(row["_f"].get("pid")))
+        outside = {
+            (row["sid"], str(row["_f"]["pid"]))
+            for row in self.rows
+            if row["kind"] == "worker_failed"
+            and row["exitcode"] == TEARDOWN_EXIT
+            and row["_f"].get("pid") is not None
+            and row["sid"] not in signalled
+            and str(row["_f"]["pid"]) not in sent[row["sid"]]
+        }
+        for row in self.rows:
+            if row["kind"] in ("child_failure", "worker_failed") and row["exitcode"] == TEARDOWN_EXIT:
+                stopped_from_outside = (row["sid"], str(row["_f"].get("pid"))) in outside
+                row["_f"]["stopped_by"] = "outside" if stopped_from_outside else "launcher"
+                row["fields"] = json.dumps(row["_f"])
+
     def worker_failed_ranks(self) -> None:
         """torchrun's `failed (exitcode: N) local_rank: L` names a local rank of the agent's own node."""
         for row in self.rows:
@@ -584,6 +617,7 @@ class _Builder:
         self.drop_tee_copies()
         self.assign_attempts()
         self.child_failures()
+        self.outside_signals()
         self.worker_failed_ranks()
         self.launcher_named_ranks()
         self.spawned_tracebacks()

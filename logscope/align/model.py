@@ -42,6 +42,7 @@ RANK_SCHEMA: dict[str, pl.DataType] = {
     "visible": pl.Boolean(),
     "exit_code": pl.Int64(),
     "signal": pl.String(),
+    "stopped_by": pl.String(),  # who sent a SIGTERM it died of: launcher | outside
     "phase": pl.String(),
     "last_iteration": pl.Int64(),
     "last_seq_enqueued": pl.Int64(),

@@ -119,6 +119,7 @@ class RankState:
     first_clock: float | None = None
     last_clock: float | None = None
     exit_code: int | None = None
+    stopped_by: str | None = None  # who sent its SIGTERM: "launcher" (teardown) or "outside" (align/align.py)
     exit_clock: float | None = None  # when torchrun saw it exit (ChildFailedError time, error.json)
     ended: bool = False  # printed a line that its training loop finished
     collectives: dict[str, Collective] = field(default_factory=dict)  # by process group
@@ -127,6 +128,14 @@ class RankState:
     @property
     def failed(self) -> bool:
         return self.first_error is not None or self.exit_code not in (None, 0)
+
+    @property
+    def failed_by_itself(self) -> bool:
+        """It exited with a failure of its own: an error line, or an exit code other than a clean one and the
+        launcher's teardown."""
+        return self.first_error is not None or not (
+            self.exit_code in (None, 0) or (self.exit_code == TEARDOWN_EXIT and self.stopped_by != "outside")
+        )
 
     @property
     def reached_train(self) -> bool:
@@ -149,6 +158,7 @@ def build_states(rows: list[Event], rank_rows: list[RankRow], complete_ranks: se
             complete=r["rank"] in complete_ranks,
             attempt=r["attempt"] or 0,
             exit_code=r["exit_code"],
+            stopped_by=r["stopped_by"],
             last_iteration=r["last_iteration"],
         )
         for r in rank_rows
@@ -228,6 +238,11 @@ def _note_collective(state: RankState, row: Event) -> None:
             setattr(c, name, value if current is None else max(current, value))
 
 
+def launcher_teardown(e: Event) -> bool:
+    """A launcher's report of a worker that it stopped itself (SIGTERM at teardown), not of one that failed."""
+    return e.get("exitcode") == TEARDOWN_EXIT and e["_f"].get("stopped_by") != "outside"
+
+
 def _iso_epoch(stamp: Any) -> float | None:
     """ChildFailedError's `time : 2024-05-01_10:11:12` as printed, read as UTC (like normalise's stamps)."""
     text = str(stamp).strip().replace("_", " ").replace("T", " ")
@@ -239,8 +254,9 @@ def _iso_epoch(stamp: Any) -> float | None:
 
 # Lines of these phases are the start of a run: a log that holds them is the whole log, not an excerpt.
 EARLY_PHASES = frozenset({Phase.LAUNCH, Phase.INIT, Phase.SYNC})
-# Exit codes of a rank that did not fail by itself: none yet, a clean exit, or the launcher's SIGTERM at teardown.
-TORN_DOWN = (None, 0, -15)
+# The exit code of a worker that died of SIGTERM: torchrun's teardown of the workers still running after a failure,
+# unless the worker's agent never sent it (align `outside_signals`: then it was stopped from outside, a failure).
+TEARDOWN_EXIT = -15
 # A peer that printed this many progress lines (or its end) took every rank of the job through its collectives.
 PROGRESS_PROOF = 2
 
@@ -298,8 +314,7 @@ def participating(states: dict[int, RankState]) -> set[int]:
         s.rank
         for s in states.values()
         if s.status != "hidden"
-        and s.first_error is None
-        and s.exit_code in TORN_DOWN
+        and not s.failed_by_itself
         and not s.ended
         and ((s.furthest < furthest and s not in movers) or (someone_ended and s.reached_train))
     }

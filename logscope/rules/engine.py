@@ -14,7 +14,8 @@ from typing import Any
 
 from logscope.align.model import Aligned
 from logscope.ingest.normalise import nccl_process
-from logscope.rules.api import API_OPTYPE, CHECKS, Context, Hit, Rule, breaks_own_pattern
+from logscope.rules.api import API_OPTYPE, CHECKS, REMOTE_KINDS, Context, Hit, Rule, breaks_own_pattern
+from logscope.rules.checks.failures import only_failed_worker
 from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER, Event, Evidence, Finding, Phase
 
 # Variables that identify a host or a rank and so differ by design.
@@ -348,7 +349,7 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if strategy == "reporters":
         return reporters
     if strategy == "reporters_or_failed_worker":
-        return reporters or _only_failed_worker(ctx)
+        return reporters or only_failed_worker(ctx)
     if strategy in ("fields", "fields_majority"):
         named: Counter[int] = Counter()
         for e in hit.events:
@@ -386,17 +387,6 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if strategy == "minority":
         return reporters if len(reporters) * 2 < max(len(ctx.visible), 1) else []
     return reporters
-
-
-def _only_failed_worker(ctx: Context) -> list[int]:
-    """The one rank torchrun reports as failed by itself (not SIGTERMed by it), when there is exactly one."""
-    failed = {
-        e["rank"]
-        for kind in ("child_failure", "worker_failed")
-        for e in ctx.by_kind.get(kind, [])
-        if e["rank"] is not None and e["exitcode"] not in (None, 0, -15)
-    }
-    return sorted(failed) if len(failed) == 1 else []
 
 
 def _laggards(ctx: Context, hit: Hit) -> list[int]:
@@ -441,12 +431,28 @@ def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
         return [1 - next(iter(reporters))]
     # A rank that torchrun stopped at teardown (SIGTERM) with no line of its own was alive and not in the failed
     # collective: its summary is the rank's only trace.
-    torn_down = {r for r, info in ctx.ranks.items() if info["status"] == "hidden" and info["exit_code"] == -15}
+    torn_down = {r for r, info in ctx.ranks.items() if info["status"] == "hidden" and info["stopped_by"] == "launcher"}
     peers = sorted(r for r in ((ctx.visible & complete) | torn_down) - reporters - erred)
+    if not peers:
+        # No rank stayed silent: a rank whose only error is a lost connection printed after the others timed out
+        # came back to the collective late and found them gone. It is the one they waited for.
+        peers = sorted(r for r in ctx.visible - reporters if _came_back_late(ctx, r, hit))
     # The culprit is the minority that is somewhere else; when most ranks are silent, silence says nothing.
     if peers and len(peers) <= len(reporters):
         return peers
     return []
+
+
+def _came_back_late(ctx: Context, rank: int, hit: Hit) -> bool:
+    """The rank's first error says only that a peer went away, and it came after every timeout of `hit`."""
+    first = ctx.states[rank].first_error if rank in ctx.states else None
+    if first is None or first["kind"] not in REMOTE_KINDS or not hit.events:
+        return False
+    # Lines of different files compare only by their clocks; lines of one file by their place in it.
+    return all(
+        ctx.order(first)[0] > ctx.order(e)[0] if e["sid"] != first["sid"] else first["line"] > e["line"]
+        for e in hit.events
+    )
 
 
 def _alive_without_timeout(ctx: Context, rank: int, erred: set[int]) -> bool:

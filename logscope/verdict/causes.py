@@ -11,6 +11,7 @@ What makes a finding a consequence, in this order:
    its peers' timeouts and communication errors: the rule's specificity encodes that order) and names a culprit
    among the ranks this one waited for, or this one names no culprit of its own; ranks that disagree on their
    configuration explain any collective mismatch between them;
+   a lost connection is explained by a failure of the rank(s) that went away;
 3. when both carry clocks, a failure that started later than another one's first line, on other ranks.
 """
 
@@ -35,6 +36,9 @@ SYMPTOMS = frozenset({"collective_timeout", "comm_error", "stall", "crash"})
 CAUSES = frozenset(
     {"oom", "crash", "collective_mismatch", "config_disagreement", "missing_sync", "single_rank", "rendezvous_failure"}
 )
+# Failures that end the process they happen in (a timeout raises, a crash or an OOM kills it): its peers then lose
+# their connection to it.
+ENDS_A_PROCESS = frozenset({"collective_timeout", "crash", "oom"})
 # Two findings whose first lines are this close in time started together (clocks print whole seconds).
 SAME_MOMENT_S = 1.0
 
@@ -100,6 +104,9 @@ def _explainer(
         late_rendezvous = f["category"] == "rendezvous_failure" and formed and g["category"] != "rendezvous_failure"
         if (remote_only[id(f)] and (g["culprit_ranks"] or g["ranks"])) or late_rendezvous:
             explains = True
+        elif f["category"] == "comm_error" and g["category"] in ENDS_A_PROCESS and _went_away_failing(f, g):
+            # The peer that went away had failed itself (timed out, crashed): that failure ended the connection.
+            explains = True
         elif f["category"] == "collective_mismatch" and g["category"] == "config_disagreement":
             # Ranks that run with different settings call different collectives: the disagreement is the cause.
             explains = True
@@ -149,3 +156,8 @@ def first_cause(ranked: list[Finding]) -> Finding | None:
         if earlier:
             return min(earlier, key=lambda pair: pair[0])[1]
     return top
+
+
+def _went_away_failing(f: Finding, g: Finding) -> bool:
+    """Every rank `f` says went away is one `g` saw fail."""
+    return bool(f["culprit_ranks"]) and set(f["culprit_ranks"]) <= set(g["ranks"])

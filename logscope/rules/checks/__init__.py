@@ -27,6 +27,7 @@ from logscope.rules.checks import (  # noqa: F401  (each module registers its ch
     exception_joining_world,
     flight_recorder_hang,
     flight_recorder_mismatch,
+    flight_skipped_sync,
     generic_failure,
     gpu_unusable_at_sync,
     horovod_stalled,
@@ -42,6 +43,7 @@ from logscope.rules.checks import (  # noqa: F401  (each module registers its ch
     stall,
     store_lost_after_world_formed,
     store_lost_before_world_formed,
+    store_wait_timeout,
     timeout_at_param_sync,
     world_never_formed,
 )

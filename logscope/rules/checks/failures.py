@@ -6,6 +6,7 @@ two judgements over the whole run: every failed rank aborted by the watchdog, an
 from __future__ import annotations
 
 from logscope.align.align import signal_name
+from logscope.align.state import launcher_teardown
 from logscope.events.catalogue import catalogue
 from logscope.rules.api import COMM_FAMILY, Context
 from logscope.vocab import Event, Severity, at_least
@@ -82,10 +83,15 @@ def describe(e: Event) -> str:
             f"exit code {code}"
             + (f" ({sig})" if sig else "")
             + (" — SIGKILL with no traceback is usually the host OOM killer or a manual kill" if code == -9 else "")
+            + (" that torchrun did not send: stopped from outside (kill, the scheduler)" if _from_outside(e) else "")
         )
     if e["kind"] in ("python_exception", "error_file"):
         return f"{f.get('exc_type') or 'exception'}: {str(f.get('reason') or e['text'])[:160]}"
     return e["text"][:160]
+
+
+def _from_outside(e: Event) -> bool:
+    return e["_f"].get("stopped_by") == "outside"
 
 
 def warned_before(ctx: Context, cause: Event, family: frozenset[str] = COMM_FAMILY) -> Event | None:
@@ -110,7 +116,7 @@ def aborted_failures(ctx: Context) -> list[Event]:
         e
         for k in ("child_failure", "worker_failed")
         for e in ctx.by_kind.get(k, [])
-        if e["exitcode"] not in (None, 0, -15)
+        if e["exitcode"] not in (None, 0) and not launcher_teardown(e)
     ]
     if failures and all(e["exitcode"] == -6 for e in failures):
         own = [e for e in ctx.rows if e["kind"] in ("python_exception", "error_file", "segfault", "cuda_oom")]
@@ -128,3 +134,18 @@ def nothing_failed_nor_finished(ctx: Context) -> bool:
     """The fallback rules' ground: no main rule found a failure, and nothing proves that the run finished."""
     proof = ctx.completion
     return proof is not None and not proof.proven and not failure_found(ctx)
+
+
+# A launcher's report of one rank's exit: torchrun's agent and summary, mp.spawn, composer's and mpirun's launchers.
+LAUNCHER_EXIT_KINDS = ("child_failure", "worker_failed", "exit_report", "process_exit")
+
+
+def only_failed_worker(ctx: Context) -> list[int]:
+    """The one rank a launcher reports as failed by itself (not SIGTERMed by it), when there is exactly one."""
+    failed = {
+        e["rank"]
+        for kind in LAUNCHER_EXIT_KINDS
+        for e in ctx.by_kind.get(kind, [])
+        if e["rank"] is not None and e["exitcode"] not in (None, 0) and not launcher_teardown(e)
+    }
+    return sorted(failed) if len(failed) == 1 else []

@@ -7,6 +7,7 @@ from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.flight_evidence import entry_row, pg_text
+from logscope.rules.checks.flight_skipped_sync import first_mismatch, skipped_sync
 from logscope.vocab import Event
 
 
@@ -16,7 +17,9 @@ def flight_recorder_mismatch(rule: Rule, ctx: Context, events: list[Event], para
     report = ctx.aligned.flight
     if report is None or not report.mismatches:
         return None
-    first = min(report.mismatches, key=lambda m: (m.pg != "0", m.seq))
+    first = first_mismatch(report)
+    if skipped_sync(report, first):  # the initial parameter broadcast that the culprits skipped: LS307's
+        return None
     same = [m for m in report.mismatches if (m.pg, m.seq) == (first.pg, first.seq)]
     rows = [entry_row(report, rank, e) for rank, e in first.entries.items()]
     rows.sort(key=lambda r: r["rank"] not in first.culprits)

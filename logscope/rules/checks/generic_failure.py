@@ -12,6 +12,7 @@ from typing import Any
 
 import regex
 
+from logscope.align.state import launcher_teardown
 from logscope.align.values import int_ranges
 from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import LEAD_FAMILY, REMOTE_KINDS, Context, Hit, Rule, check, family_category
@@ -104,7 +105,7 @@ def _unexplained_errors(ctx: Context, others: bool) -> list[Event]:
         and not (e["kind"] == "traceback_start" and _explained(ctx, headers.get((e["sid"], e["line"]))))
         and not (e["kind"] == "traceback_start" and _after_a_stop_signal(ctx, e))
         and not (e["kind"] == "nccl_error_return" and _nccl_went_on(ctx, e))
-        and not (e["kind"] in AGENT_EXIT_KINDS and e["exitcode"] == -15)  # the launcher stopped it: teardown
+        and not (e["kind"] in AGENT_EXIT_KINDS and launcher_teardown(e))
     ]
     # A traceback is told by the line that ends it (its exception); a header stays only where the traceback is cut off.
     ends = {(x["sid"], x["line"]) for x in candidates}
@@ -120,6 +121,7 @@ def _unexplained_errors(ctx: Context, others: bool) -> list[Event]:
             if not _a_consequence(e)
             and not (e["kind"] == "traceback_start" and _a_consequence(headers.get((e["sid"], e["line"]))))
             and not (e["kind"] in AGENT_EXIT_KINDS and _failed_as_consequence(ctx, e["rank"]))
+            and not (_spawn_header(e) and _a_consequence(headers.get((e["sid"], e["line"] + 1))))
         ]
     return candidates
 
@@ -127,6 +129,11 @@ def _unexplained_errors(ctx: Context, others: bool) -> list[Event]:
 def _a_consequence(e: Event | None) -> bool:
     """A line that says only that a peer or the launcher ended things (a remote error, a DistBackendError ...)."""
     return e is not None and (e["kind"] in REMOTE_KINDS or _consequence_exception(e))
+
+
+def _spawn_header(e: Event) -> bool:
+    """mp.spawn's "-- Process N terminated with the following error:": its child's traceback follows it."""
+    return e["kind"] == "process_exit" and bool(e["_f"].get("spawned"))
 
 
 def _failed_as_consequence(ctx: Context, rank: int | None) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from logscope.align.state import launcher_teardown
 from logscope.events.catalogue import catalogue
 from logscope.rules.api import COMM_FAMILY, RENDEZVOUS_FAMILY, Context, Hit, Rule, check
 from logscope.rules.checks.failures import (
@@ -19,6 +20,7 @@ from logscope.rules.checks.failures import (
     comm_ranks,
     describe,
     message_kind,
+    only_failed_worker,
     warned_before,
 )
 from logscope.rules.checks.world import raised_joining_world
@@ -33,6 +35,7 @@ CAUSE_PREFERENCE = {
     "error_file": 1,
     "rl_nan": 0,
     "sim_cuda_error": 0,
+    "cuda_device_assert": 0,
     "segfault": 2,
     "fatal_python_error": 3,
     "argparse_error": 0,
@@ -57,6 +60,9 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[Event], params: dict
     ranked = sorted(r for r in best if r is not None)
     recovered = _recovered(ctx, causes)
     culprits = _first_in_cause({r: best[r] for r in ranked}) if ranked else []
+    if not ranked and (named := only_failed_worker(ctx)):
+        # An own failure that names no rank (a pasted traceback) is the one rank its launcher reports failed.
+        culprits, best = named, {named[0]: best[None]}
     evidence = [best[r] for r in culprits] + [e for e in causes if e["rank"] not in culprits]
     what = ", ".join(f"rank {r}: {describe(best[r])}" for r in (culprits or ranked)) or describe(causes[0])
     hit = Hit(
@@ -146,7 +152,7 @@ def _worker_exit_is_own(ctx: Context, e: Event, victims: set[int | None], causes
     """A worker's failed exit is its own failure, unless it was stopped (SIGTERM), is a victim's, echoes unranked
     errors, or that rank already has a line that says more."""
     code, rank = e["exitcode"], e["rank"]
-    if code is None or code == 0 or code == -15:
+    if code is None or code == 0 or launcher_teardown(e):
         return False
     if rank in victims:
         return False

@@ -1,0 +1,45 @@
+"""The check `store_wait_timeout`, behind LS106 (rules/LS106_store_wait_timeout.yaml): once the process group had
+formed, ranks timed out waiting on the c10d store ("Socket Timeout", "wait timeout after N ms"): a barrier or object
+collective through the store that a peer never reached. Before the world formed the same line is a rendezvous
+failure (LS601)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import regex
+
+from logscope.rules.api import Context, Hit, Rule, check
+from logscope.rules.checks.world import world_formed
+from logscope.vocab import Event
+
+# A wait that ran out, as opposed to the store's host going away ("Failed to recv, got 0 bytes": LS604).
+WAIT_RAN_OUT = regex.compile(r"Socket Timeout|wait timeout after|DistStoreError: .{0,80}[Tt]imeout")
+
+
+@check("store_wait_timeout")
+def store_wait_timeout(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
+    """Ranks of a formed world timed out waiting on the store for a peer."""
+    waits = running_store_waits(ctx, events)
+    if not waits:
+        return None
+    return Hit(waits[:6], {e["rank"] for e in waits if e["rank"] is not None})
+
+
+def running_store_waits(ctx: Context, events: list[Event]) -> list[Event]:
+    """The store wait timeouts among `events` that LS106 reads as a peer not coming (the world had formed)."""
+    return (
+        [e for e in events if e["kind"] == "store_timeout" and WAIT_RAN_OUT.search(e["text"])]
+        if world_formed(ctx)
+        else []
+    )
+
+
+@check("rendezvous_failed")
+def rendezvous_failed(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
+    """Rendezvous or store failures, but for the store waits of a formed world (LS106's)."""
+    running = {id(e) for e in running_store_waits(ctx, events)}
+    failures = [e for e in events if id(e) not in running]
+    if not failures:
+        return None
+    return Hit(failures, {e["rank"] for e in failures if e["rank"] is not None})

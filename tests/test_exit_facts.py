@@ -1,0 +1,47 @@
+"""Facts align derives about how ranks ended and whose lines are whose, on real runs: who sent a SIGTERM a worker
+died of (torchrun's teardown or someone outside the job), and rank tags of scripts' own loggers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from logscope.analysis import analyze
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def stopped_by(run: str) -> dict[int, str | None]:
+    ranks = analyze(REPO / run).diagnosis["ranks"]
+    return {r["rank"]: r["stopped_by"] for r in ranks if r["exit_code"] == -15}
+
+
+@pytest.mark.parametrize(
+    ("run", "want"),
+    [
+        # node1's agent reports rank 3's SIGTERM as its first failure, and sent SIGTERM only to rank 2
+        ("fixtures/blind_runs/r13c_2node_sigterm_rank3", {2: "launcher", 3: "outside"}),
+        # torchrun SIGTERMed ranks 0 and 1 after rank 2 died of a SIGTERM it never sent
+        ("fixtures/blind_runs/r13d_rlgames_rank2_sigterm_outside_ws3", {0: "launcher", 1: "launcher", 2: "outside"}),
+        # a peer died of a gloo abort (-6): every SIGTERM is torchrun's teardown
+        ("fixtures/blind_runs/r13c_torchrun_dtype_mismatch_rank3", {0: "launcher", 1: "launcher", 3: "launcher"}),
+    ],
+)
+def test_who_sent_the_sigterm(run: str, want: dict[int, str]) -> None:
+    assert stopped_by(run) == want
+
+
+@pytest.mark.parametrize(
+    ("run", "rank", "needle"),
+    [
+        # "[10:09:59][rank3/4][INFO] ...": a tag with the world size, behind the logger's clock
+        ("fixtures/blind_runs/r13c_spawn_early_return_rank3", 3, "leaving training loop"),
+        # {"ts": ..., "rank": 2, ...}: a JSON-lines logger's rank field
+        ("fixtures/blind_runs/r13c_torchrun_dtype_mismatch_rank3", 2, '"rank": 2'),
+    ],
+)
+def test_script_rank_tags(run: str, rank: int, needle: str) -> None:
+    events = analyze(REPO / run).events
+    ranks = {row["rank"] for row in events.to_dicts() if needle in row["text"]}
+    assert ranks == {rank}
