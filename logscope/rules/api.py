@@ -122,6 +122,10 @@ class Context:
         self.steps: dict[str, dict[str, Any]] = {}  # category -> the next step its main rules give
         self._when: dict[tuple[int, int], float] | None = None
 
+    def in_final_attempt(self, e: Event) -> bool:
+        """The line belongs to the run's last attempt (a line with no attempt belongs to every attempt)."""
+        return (e["attempt"] or 0) >= self.final_attempt
+
     def order(self, e: Event) -> tuple[float, int, int]:
         """Like `order_key`, but a line without a clock takes the clock of the line before it in its file (printed
         no earlier), or of the first one after it: in one file the order of lines is the order of printing."""

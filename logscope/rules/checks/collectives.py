@@ -15,7 +15,7 @@ def last_calls(ctx: Context, events: list[Event]) -> dict[int, Event]:
         api = e["_f"].get("api")
         if e["rank"] is None or api not in API_OPTYPE or e["rank"] not in comm:
             continue
-        if (e["attempt"] or 0) < ctx.final_attempt:
+        if not ctx.in_final_attempt(e):
             continue
         last[e["rank"]] = e
     return last

@@ -22,7 +22,7 @@ def duplicate_rank_claims(rule: Rule, ctx: Context, events: list[Event], params:
     world = 0
     for e in events:
         rank, size = int_field(e, "rank"), int_field(e, "world_size")
-        if rank is None or (e["attempt"] or 0) < ctx.final_attempt:
+        if rank is None or not ctx.in_final_attempt(e):
             continue
         claims.setdefault(rank, []).append(e)
         world = max(world, size or 0)

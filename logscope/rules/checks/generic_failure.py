@@ -168,8 +168,7 @@ def _first_per_rank(ctx: Context, candidates: list[Event]) -> dict[int | None, E
 
 def _unclaimed(ctx: Context, e: Event) -> bool:
     """A line of the final attempt that no main rule used and that is no benign line."""
-    final = ctx.final_attempt
-    return (e["sid"], e["line"]) not in ctx.claimed and (e["attempt"] or 0) >= final and e["level"] != "benign"
+    return (e["sid"], e["line"]) not in ctx.claimed and ctx.in_final_attempt(e) and e["level"] != "benign"
 
 
 def _earliest_own_fault(ctx: Context, ranked: dict[int, Event]) -> list[int]:

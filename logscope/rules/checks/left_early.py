@@ -46,7 +46,7 @@ def left_early(rule: Rule, ctx: Context, events: list[Event], params: dict[str, 
 
 
 def _final(ctx: Context, kind: str) -> list[Event]:
-    return [e for e in ctx.by_kind.get(kind, []) if (e["attempt"] or 0) >= ctx.final_attempt]
+    return [e for e in ctx.by_kind.get(kind, []) if ctx.in_final_attempt(e)]
 
 
 def _waited(ctx: Context, rank: int) -> bool:
@@ -56,7 +56,7 @@ def _waited(ctx: Context, rank: int) -> bool:
 
 
 def _own_lines(ctx: Context, rank: int) -> list[Event]:
-    return [e for e in ctx.by_rank.get(rank, []) if (e["attempt"] or 0) >= ctx.final_attempt]
+    return [e for e in ctx.by_rank.get(rank, []) if ctx.in_final_attempt(e)]
 
 
 def _exited_before_teardown(ctx: Context) -> set[int]:

@@ -209,8 +209,7 @@ def _one_per_rank(causes: list[Event]) -> dict[int | None, Event]:
 
 def _recovered(ctx: Context, causes: list[Event]) -> bool:
     """Every failure was in an earlier attempt and the job did not exit 1: the elastic restart recovered."""
-    final = ctx.final_attempt
-    return all((e["attempt"] or 0) < final for e in causes) and ctx.job.get("exit_code") != 1
+    return not any(ctx.in_final_attempt(e) for e in causes) and ctx.job.get("exit_code") != 1
 
 
 def _first_in_cause(best: dict[int, Event]) -> list[int]:
