@@ -50,3 +50,12 @@ def test_settings_named_for_the_rank_are_not_compared() -> None:
     lines = [line for path in sorted(console.rglob("*.log")) for line in lines_with(path, "group_rank=")]
     assert {"[rank 0]", "[rank 1]"} <= {tag for line in lines for tag in ("[rank 0]", "[rank 1]") if tag in line}
     assert differences(lines) == []
+
+
+def test_settings_printed_without_an_equals_sign() -> None:
+    # "... rank 2/3 pid 1371 host-local-rank 0 batch_size 12" on node1, "batch_size 16" on node0's two ranks: a
+    # snake_case name and its number are a setting; the pid and the local rank around it are not.
+    run = BLIND / "r14e_2node_batchsize_disagree"
+    lines = [line for node in ("node0", "node1") for line in lines_with(run / node / "console.log", "batch_size")]
+    assert len(lines) >= 3
+    assert differences(lines) == [(2, "setting")]

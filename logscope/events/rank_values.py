@@ -47,6 +47,8 @@ _OWN_KEY = re.compile(r"(?i)rank|member|group|world|\bid\b|_id|pid|host|node|nam
 _SRUN_LABEL = re.compile(r"\s*(\d{1,5}): (?=\S)")
 # "num_envs=512", "batch_size: 32": a setting's name and its value.
 _SETTING = re.compile(r"(?<![\w.])([A-Za-z_][\w.]{0,40})\s*[=:]\s*([^\s,;]{1,60})")
+# "batch_size 16", "num_envs 512": a snake_case name and a number, the way loggers print settings without "=".
+_SPACED_SETTING = re.compile(r"(?<![\w.-])([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+) (-?\d+(?:\.\d+)?)(?![\w.:/%-])")
 # A template about tensors going into a collective: a difference there is a collective mismatch.
 _TENSOR = re.compile(r"(?i)tensor|torch\.Size|shape|numel|dtype|bucket")
 
@@ -65,7 +67,8 @@ def _facets(text: str, label: int | None = None) -> tuple[int, list[tuple[str, t
     if _DYNAMIC.search(_SETTING.sub(" ", rest)):  # free words about progress; a setting named so is only left out
         return None
     template = " ".join(_NUMBER.sub("0", rest).split())
-    settings = [(k, v) for k, v in _SETTING.findall(rest) if not _VARYING.search(k) and not _DYNAMIC.search(k)]
+    found = _SETTING.findall(rest) or _SPACED_SETTING.findall(rest)
+    settings = [(k, v) for k, v in found if not _VARYING.search(k) and not _DYNAMIC.search(k)]
     if settings:
         return rank, [(f"{template} | {k}", (v,), text) for k, v in settings]
     if _VARYING.search(rest):

@@ -12,6 +12,8 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+import regex
+
 from logscope.align.model import Aligned
 from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import API_OPTYPE, CHECKS, REMOTE_KINDS, Context, Hit, Rule, breaks_own_pattern
@@ -349,7 +351,7 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if strategy == "reporters":
         return reporters
     if strategy == "reporters_or_failed_worker":
-        return reporters or only_failed_worker(ctx)
+        return reporters or only_failed_worker(ctx) or _device_named(ctx, hit)
     if strategy in ("fields", "fields_majority"):
         named: Counter[int] = Counter()
         for e in hit.events:
@@ -387,6 +389,18 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if strategy == "minority":
         return reporters if len(reporters) * 2 < max(len(ctx.visible), 1) else []
     return reporters
+
+
+def _device_named(ctx: Context, hit: Hit) -> list[int]:
+    """The rank of an unranked failure that names its GPU ("GPU 1 has a total capacity ..."), on one node where each
+    process drives the GPU of its local rank (torchrun, Lightning, mp.spawn): a guess, so the finding is less sure."""
+    if (ctx.job.get("nnodes") or 1) > 1:
+        return []
+    named = {int(m.group(1) or m.group(2)) for e in hit.events if (m := _GPU_INDEX.search(e["text"]))}
+    if len(named) != 1:
+        return []
+    hit.confidence_factor *= DEVICE_GUESS_FACTOR
+    return sorted(named)
 
 
 def _laggards(ctx: Context, hit: Hit) -> list[int]:
@@ -467,6 +481,13 @@ def _alive_without_timeout(ctx: Context, rank: int, erred: set[int]) -> bool:
         if (process := nccl_process(e["text"])) is not None:
             ranks_of_process[process].add(e["rank"])
     return any(ranks == {None} for ranks in ranks_of_process.values())
+
+
+# Where torch's CUDA OOM message names the device: "(GPU 0; 22.20 GiB total capacity ...)", "GPU 1 has a total
+# capacity of ..." (torch 2.1 printed "capacty").
+_GPU_INDEX = regex.compile(r"\(GPU (\d+); |\bGPU (\d+) has a total capac")
+# How much less sure a culprit read from a GPU index is than one a rank prefix names.
+DEVICE_GUESS_FACTOR = 0.85
 
 
 # ---------------------------------------------------------------------------------------------- findings
