@@ -6,7 +6,9 @@ log lines of the other findings).
 
 from __future__ import annotations
 
-from logscope.align.flight import FlightReport, numel, op_name
+from typing import Any
+
+from logscope.align.flight import FlightReport, Mismatch, numel, op_name
 from logscope.ingest.flight_recorder import FlightEntry
 from logscope.rules.api import API_OPTYPE
 from logscope.vocab import Event
@@ -51,3 +53,15 @@ def entry_row(report: FlightReport, rank: int, e: FlightEntry) -> Event:
 def pg_text(pg: str, desc: str) -> str:
     """A process group for a message: its id, and its description where the dump gives one."""
     return f"{pg} ({desc})" if desc else pg
+
+
+def mismatch_rows(report: FlightReport, m: Mismatch) -> list[Event]:
+    """Each rank's entry at the mismatch, the culprits' first."""
+    rows = [entry_row(report, rank, e) for rank, e in m.entries.items()]
+    rows.sort(key=lambda r: r["rank"] not in m.culprits)
+    return rows
+
+
+def mismatch_place(m: Mismatch) -> dict[str, Any]:
+    """Where the mismatch is, for a message: its SeqNum and its process group."""
+    return {"fr_seq": m.seq, "fr_pg": pg_text(m.pg, next(iter(m.entries.values())).pg_desc)}

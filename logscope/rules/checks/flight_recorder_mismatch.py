@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
-from logscope.rules.checks.flight_evidence import entry_row, pg_text
+from logscope.rules.checks.flight_evidence import mismatch_place, mismatch_rows
 from logscope.rules.checks.flight_skipped_sync import first_mismatch, skipped_sync
 from logscope.vocab import Event
 
@@ -21,15 +21,12 @@ def flight_recorder_mismatch(rule: Rule, ctx: Context, events: list[Event], para
     if skipped_sync(report, first):  # the initial parameter broadcast that the culprits skipped: LS307's
         return None
     same = [m for m in report.mismatches if (m.pg, m.seq) == (first.pg, first.seq)]
-    rows = [entry_row(report, rank, e) for rank, e in first.entries.items()]
-    rows.sort(key=lambda r: r["rank"] not in first.culprits)
     return Hit(
-        rows,
+        mismatch_rows(report, first),
         set(first.entries),
         culprits=first.culprits,
         values={
-            "fr_seq": first.seq,
-            "fr_pg": pg_text(first.pg, next(iter(first.entries.values())).pg_desc),
+            **mismatch_place(first),
             "fr_differences": "; ".join(
                 f"{m.what}: " + ", ".join(f"rank {r} {v}" for r, v in sorted(m.per_rank.items())) for m in same
             ),

@@ -8,7 +8,7 @@ from typing import Any
 
 from logscope.align.flight import FlightReport, Mismatch, op_name
 from logscope.rules.api import Context, Hit, Rule, check
-from logscope.rules.checks.flight_evidence import entry_row, pg_text
+from logscope.rules.checks.flight_evidence import mismatch_place, mismatch_rows
 from logscope.vocab import Event
 
 # collective_seq_id of a group's first collective (torch counts from 0 in some versions, from 1 in others).
@@ -46,16 +46,10 @@ def flight_skipped_sync(rule: Rule, ctx: Context, events: list[Event], params: d
     first = first_mismatch(report)
     if not skipped_sync(report, first):
         return None
-    rows = [entry_row(report, rank, e) for rank, e in first.entries.items()]
-    rows.sort(key=lambda r: r["rank"] not in first.culprits)
     culprit_ops = ", ".join(f"rank {r}: {op_name(first.entries[r])}" for r in first.culprits if r in first.entries)
     return Hit(
-        rows,
+        mismatch_rows(report, first),
         set(first.entries),
         culprits=first.culprits,
-        values={
-            "fr_seq": first.seq,
-            "fr_pg": pg_text(first.pg, next(iter(first.entries.values())).pg_desc),
-            "culprit_ops": culprit_ops,
-        },
+        values={**mismatch_place(first), "culprit_ops": culprit_ops},
     )
