@@ -18,13 +18,13 @@ import regex
 from logscope.align.job import job_facts
 from logscope.align.model import RANK_SCHEMA, Aligned
 from logscope.align.state import AGENT_KINDS, EARLY_PHASES, TEARDOWN_EXIT, build_states, completion
-from logscope.align.values import int_list, int_or_none, int_ranges
 from logscope.events.catalogue import catalogue
 from logscope.events.extract import Extraction
 from logscope.events.table import events_frame
 from logscope.ingest.normalise import nccl_process
 from logscope.ingest.read import SourceStats
 from logscope.ingest.sources import Source
+from logscope.values import int_list, int_or_none, int_ranges
 from logscope.vocab import PHASE_ORDER, Event, RankRow
 
 # ProcessGroupNCCL's own prefix on a line of the default process group (PG ID 0), whose rank is the global rank:

@@ -7,8 +7,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from logscope.align.values import int_list, int_or_none
 from logscope.ingest.sources import Source
+from logscope.values import int_list, int_or_none
 from logscope.vocab import Event
 
 FieldsOf = defaultdict[str, list[dict[str, Any]]]

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from logscope.align.values import int_or_none
 from logscope.events.catalogue import catalogue
+from logscope.values import int_or_none
 from logscope.vocab import PHASE_ORDER, Event, Phase, RankRow
 
 # Lines that say a rank moved forward in training (rank 0 prints most of them in RL libraries).

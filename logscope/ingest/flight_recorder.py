@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from logscope.errors import READ_ERRORS, InputError
+from logscope.values import int_or_none
 
 # The name torch gives a dump by default; with another TORCH_FR_DUMP_TEMP_FILE prefix, any name ending in the
 # rank is a candidate and its first bytes decide.
@@ -349,18 +350,6 @@ def _entry_shaped(x: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- schema
-def _int(value: Any) -> int | None:
-    """JSON dumps write some numbers as strings ("last_completed_collective": "3")."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return None
-
-
 def _ranks(value: Any) -> list[int]:
     """pg_config's ranks: "[0, 1, 2, 3]" (a string in the dumps) or a list."""
     if isinstance(value, str):
@@ -368,7 +357,7 @@ def _ranks(value: Any) -> list[int]:
             value = json.loads(value)
         except ValueError:
             return []
-    return [r for r in (_int(v) for v in value) if r is not None] if isinstance(value, list | tuple) else []
+    return [r for r in (int_or_none(v) for v in value) if r is not None] if isinstance(value, list | tuple) else []
 
 
 def _strs(value: Any) -> list[str]:
@@ -378,14 +367,14 @@ def _strs(value: Any) -> list[str]:
 def _sizes(value: Any) -> list[Any]:
     if not isinstance(value, list | tuple):
         return []
-    return [[_int(d) for d in s] if isinstance(s, list | tuple) else _int(s) for s in value]
+    return [[int_or_none(d) for d in s] if isinstance(s, list | tuple) else int_or_none(s) for s in value]
 
 
 def _frames(value: Any) -> list[Frame]:
     if not isinstance(value, list | tuple):
         return []
     return [
-        Frame(str(f.get("name", "?")), str(f.get("filename", "?")), _int(f.get("line")))
+        Frame(str(f.get("name", "?")), str(f.get("filename", "?")), int_or_none(f.get("line")))
         for f in value
         if isinstance(f, dict)
     ]
@@ -394,11 +383,11 @@ def _frames(value: Any) -> list[Frame]:
 def _entry(index: int, e: dict[str, Any]) -> FlightEntry:
     group = e.get("process_group")
     pg, desc = (str(group[0]), str(group[1])) if isinstance(group, list | tuple) and len(group) == 2 else ("0", "")
-    seq = _int(e.get("collective_seq_id"))
+    seq = int_or_none(e.get("collective_seq_id"))
     p2p = bool(e.get("is_p2p"))
     return FlightEntry(
         index=index,
-        record_id=_int(e.get("record_id")),
+        record_id=int_or_none(e.get("record_id")),
         pg=pg,
         pg_desc=desc,
         seq=None if p2p else seq,
@@ -408,7 +397,7 @@ def _entry(index: int, e: dict[str, Any]) -> FlightEntry:
         output_sizes=_sizes(e.get("output_sizes")),
         input_dtypes=_strs(e.get("input_dtypes")),
         state=str(e.get("state") or "?"),
-        timeout_ms=_int(e.get("timeout_ms")),
+        timeout_ms=int_or_none(e.get("timeout_ms")),
         frames=_frames(e.get("frames")),
     )
 
@@ -430,9 +419,9 @@ def _dump(raw: dict[str, Any], rank: int, shown: str, fmt: str, truncated: bool)
         pg_desc={str(k): str(v.get("desc", "")) for k, v in (config or {}).items() if isinstance(v, dict)},
         pg_status={
             str(k): {
-                "enqueued": _int(v.get("last_enqueued_collective")),
-                "started": _int(v.get("last_started_collective")),
-                "completed": _int(v.get("last_completed_collective")),
+                "enqueued": int_or_none(v.get("last_enqueued_collective")),
+                "started": int_or_none(v.get("last_started_collective")),
+                "completed": int_or_none(v.get("last_completed_collective")),
             }
             for k, v in (status or {}).items()
             if isinstance(v, dict)

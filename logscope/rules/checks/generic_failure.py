@@ -13,10 +13,10 @@ from typing import Any
 import regex
 
 from logscope.align.state import launcher_teardown
-from logscope.align.values import int_ranges
 from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import LEAD_FAMILY, REMOTE_KINDS, Context, Hit, Rule, check, family_category
 from logscope.rules.checks.failures import NOT_A_CAUSE_EXC, describe, failure_found, message_kind, warned_before
+from logscope.values import int_ranges
 from logscope.vocab import Event
 
 # The job was stopped from outside (Ctrl-C, the scheduler's SIGTERM to torchrun): where a hang ends, not a failure.

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from logscope.align.values import int_list
 from logscope.rules.api import Context, Hit, Rule, check
+from logscope.values import int_list
 from logscope.vocab import Event
 
 

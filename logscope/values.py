@@ -1,4 +1,5 @@
-"""Numbers out of the text fields a signature captured: None or nothing where the text is not a number."""
+"""Numbers out of text fields (a signature's captures, a Flight Recorder dump's values): None or nothing where the
+text is not a number. Shared by ingest and align, so it sits below both."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ from typing import Any
 
 
 def int_or_none(value: Any) -> int | None:
+    """An int as it is (however long); a number's text ("3", " 42 ") as an int; None for anything else (a bool too)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
     try:
         return int(str(value).strip())
     except (TypeError, ValueError):
