@@ -443,9 +443,9 @@ def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
     if world == 2 and len(reporters) == 1 and _alive_without_timeout(ctx, 1 - next(iter(reporters)), erred):
         # Two ranks: the one that timed out waited for the other, which logged on without timing out.
         return [1 - next(iter(reporters))]
-    # A rank that torchrun stopped at teardown (SIGTERM) with no line of its own was alive and not in the failed
-    # collective: its summary is the rank's only trace.
-    torn_down = {r for r, info in ctx.ranks.items() if info["status"] == "hidden" and info["stopped_by"] == "launcher"}
+    # A rank that torchrun stopped at teardown (SIGTERM) with no error of its own was alive and not in the failed
+    # collective, whether its summary entry is its only trace or its lines are in a console without a file of its own.
+    torn_down = {r for r, info in ctx.ranks.items() if info["status"] != "silent" and info["stopped_by"] == "launcher"}
     peers = sorted(r for r in ((ctx.visible & complete) | torn_down) - reporters - erred)
     if not peers:
         # No rank stayed silent: a rank whose only error is a lost connection printed after the others timed out
@@ -648,17 +648,20 @@ def finding(rule: Rule, ctx: Context, hit: Hit, input_path: str) -> Finding:
     values.update({k: _ranks_text(v) if isinstance(v, list) else v for k, v in hit.values.items()})
     severity = hit.severity or rule.severity
     attempts = [e["attempt"] for e in hit.events if e["attempt"] is not None]
-    if (
-        ctx.job.get("exit_code") == 0
-        and attempts
-        and max(attempts) < ctx.final_attempt
-        and SEVERITY_ORDER[severity] > SEVERITY_ORDER["warning"]
-    ):
-        severity = "warning"  # an earlier attempt failed and the elastic restart recovered
-    survived = False
     proof = ctx.completion
+    # An earlier attempt failed and the elastic restart recovered (the job exited 0, or its last attempt finished):
+    # a failure that happened, reported as a warning, never as something the run survived.
+    recovered = (
+        bool(attempts)
+        and max(attempts) < ctx.final_attempt
+        and (ctx.job.get("exit_code") == 0 or (proof is not None and proof.proven))
+    )
+    if recovered and SEVERITY_ORDER[severity] > SEVERITY_ORDER["warning"]:
+        severity = "warning"
+    survived = False
     if (
-        proof is not None
+        not recovered
+        and proof is not None
         and proof.proven
         and (hit.category or rule.category) in SURVIVABLE
         and SEVERITY_ORDER[severity] > SEVERITY_ORDER["warning"]

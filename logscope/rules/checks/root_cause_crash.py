@@ -223,8 +223,11 @@ def _first_in_cause(best: dict[int, Event]) -> list[int]:
             times[rank] = float(ts)
         elif e["ts"] is not None:
             times[rank] = e["ts"]
+    tied = list(best)
     if len(times) == len(best):
         first = min(times.values())
-        return sorted(r for r, t in times.items() if t - first < 1.0)
-    own = [r for r, e in best.items() if e["kind"] != "child_failure"]
-    return sorted(own or best)
+        tied = [r for r, t in times.items() if t - first < 1.0]
+    # Among ranks that failed together, one known only by its exit status most likely went down with the one whose
+    # own exception says why.
+    said = [r for r in tied if best[r]["kind"] not in WORKER_EXIT_KINDS]
+    return sorted(said or tied)

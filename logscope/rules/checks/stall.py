@@ -12,7 +12,7 @@ from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.failures import nothing_failed_nor_finished
-from logscope.rules.checks.rows import short
+from logscope.rules.checks.rows import int_field, short
 from logscope.rules.checks.stack_dumps import StackDump, dumps_text, stack_dumps
 from logscope.vocab import PHASE_ORDER, Event
 
@@ -74,13 +74,36 @@ def _waited_for(ctx: Context, stopped: dict[int, Event], dumps: list[StackDump])
     """The ranks the others wait for: those stopped in an earlier phase than their stuck peers, or, where stack
     dumps show peers waiting in a collective, the ranks dumped somewhere else."""
     furthest = max((s.furthest for s in ctx.states.values() if s.status == "visible"), default=-1)
-    behind = sorted(r for r in stopped if ctx.states[r].furthest < furthest)
+    behind = sorted(r for r in stopped if ctx.states[r].furthest < furthest) or _steps_behind(ctx, stopped)
     culprits = behind if behind and len(behind) < len(stopped) else []
     waiting = {d.rank for d in dumps if d.rank is not None and d.collective}
     elsewhere = {d.rank for d in dumps if d.rank is not None and not d.collective} - waiting
     if waiting and elsewhere:
         culprits = sorted(elsewhere)  # its peers wait in a collective it is not in
     return culprits
+
+
+# Ranks whose progress-line counts differ by more than this do not print at the same pace.
+SAME_PACE = 2
+
+
+def _steps_behind(ctx: Context, stopped: dict[int, Event]) -> list[int]:
+    """The ranks whose last progress line is at an earlier step than every other stopped rank's: in lockstep
+    training, the rank that did not finish a step is the one the others wait for in its collective."""
+    steps: dict[int, int] = {}
+    for rank in stopped:
+        last = ctx.states[rank].last_progress
+        step = int_field(last, "step") if last is not None else None
+        if step is None:
+            return []
+        steps[rank] = step
+    low = min(steps.values(), default=0)
+    behind = [r for r, n in steps.items() if n == low]
+    # Only ranks that print progress at the same pace compare: a rank that logs every tenth step is not behind.
+    counts = [ctx.states[r].progress_count for r in stopped]
+    if len(set(steps.values())) < 2 or max(counts) - min(counts) > SAME_PACE:
+        return []
+    return sorted(behind)
 
 
 def _confidence_factor(ctx: Context, whole: bool) -> float:
