@@ -186,3 +186,12 @@ def test_normalise_strips_the_asctime_levelname_name_logger_format() -> None:
         "info",
         "2026-12-05 06:12:13",
     )
+
+
+def test_a_setting_ends_where_a_glued_rank_tag_starts() -> None:
+    # Two ranks' prints glued on one line by interleaved stdout (fixtures/blind_runs/r15e_healthy_accel):
+    # "[rank 2] seed=1234[rank 1] seed=1234" is rank 2's seed 1234, not "1234[rank".
+    events = analysed("fixtures/blind_runs/r15e_healthy_accel").events
+    rows = [r for r in events.to_dicts() if r["kind"] == "config_values" and "seed=" in r["text"]]
+    assert rows
+    assert {json.loads(r["fields"])["seed"] for r in rows} == {"1234"}

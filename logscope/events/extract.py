@@ -44,6 +44,7 @@ _LINE_START = regex.compile(
 _LINE_START_RUST = "^" + _LINE_START.pattern
 _KV = regex.compile(r"\b([A-Za-z_][\w.]*)=([^\s,;]+)")
 # "DDP rank: 0, world size: 1": the same settings written "key: value", with the key's words joined by "_".
+_GLUED_TAG = regex.compile(r"\[(?:rank|RANK|Rank|default)(?![a-z])")
 _KV_COLON = regex.compile(r"\b(rank|local[ _]rank|world[ _]size|seed|num[ _]envs): ?(\d+)\b", regex.I)
 # ProcessGroupNCCL's settings echo: "TORCH_NCCL_BLOCKING_WAIT: 0", "TORCH_NCCL_ENABLE_MONITORING (Whether to ...): 1".
 _TORCH_ENV = regex.compile(r"\b(TORCH_[A-Z0-9_]+)(?: \([^()]{0,200}\))?: ([^\s,]+)")
@@ -77,10 +78,13 @@ def _fields(sig: Signature, m: regex.Match[str], text: str) -> dict[str, Any]:
         for key, value in _TORCH_ENV.findall(text):
             found.setdefault(key, value)
     if sig.kind == "config_values":
-        for key, value in _KV.findall(text):
-            found.setdefault(key, value.rstrip(".:"))
+        for key, raw in _KV.findall(text):
+            # Two ranks' prints glued on one line ("seed=1234[rank 1] seed=1234"): the value ends where the next
+            # rank's tag starts.
+            value = _GLUED_TAG.split(raw, 1)[0].rstrip(".:")
+            found.setdefault(key, value)
             # "trainer.world_size=1": the setting is the last part of a dotted name.
-            found.setdefault(key.rsplit(".", 1)[-1], value.rstrip(".:"))
+            found.setdefault(key.rsplit(".", 1)[-1], value)
         for key, value in _KV_COLON.findall(text):
             found.setdefault(key.lower().replace(" ", "_"), value)
     return found
