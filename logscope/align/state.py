@@ -134,7 +134,7 @@ class RankState:
         """It exited with a failure of its own: an error line, or an exit code other than a clean one and the
         launcher's teardown."""
         return self.first_error is not None or not (
-            self.exit_code in (None, 0) or (self.exit_code == TEARDOWN_EXIT and self.stopped_by != "outside")
+            self.exit_code in (None, 0) or torn_down(self.exit_code, self.stopped_by)
         )
 
     @property
@@ -238,9 +238,14 @@ def _note_collective(state: RankState, row: Event) -> None:
             setattr(c, name, value if current is None else max(current, value))
 
 
+def torn_down(exit_code: int | None, stopped_by: str | None) -> bool:
+    """An exit by the SIGTERM the launcher sent at teardown (not one sent from outside the job)."""
+    return exit_code == TEARDOWN_EXIT and stopped_by != "outside"
+
+
 def launcher_teardown(e: Event) -> bool:
     """A launcher's report of a worker that it stopped itself (SIGTERM at teardown), not of one that failed."""
-    return e.get("exitcode") == TEARDOWN_EXIT and e["_f"].get("stopped_by") != "outside"
+    return torn_down(e.get("exitcode"), e["_f"].get("stopped_by"))
 
 
 def _iso_epoch(stamp: Any) -> float | None:

@@ -15,10 +15,9 @@ from logscope.vocab import Event
 def flight_recorder_mismatch(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """The first SeqNum at which the dumps show ranks issuing different collectives (op, sizes or dtypes)."""
     report = ctx.aligned.flight
-    if report is None or not report.mismatches:
-        return None
     first = first_mismatch(report)
-    if skipped_sync(report, first):  # the initial parameter broadcast that the culprits skipped: LS307's
+    # Nothing differs, or the culprits skipped the initial parameter broadcast (LS307's).
+    if report is None or first is None or skipped_sync(report, first):
         return None
     same = [m for m in report.mismatches if (m.pg, m.seq) == (first.pg, first.seq)]
     return Hit(

@@ -32,8 +32,11 @@ def skipped_sync(report: FlightReport, m: Mismatch) -> bool:
     )
 
 
-def first_mismatch(report: FlightReport) -> Mismatch:
-    """The mismatch the dumps show first: the default group's before the others', the lowest SeqNum."""
+def first_mismatch(report: FlightReport | None) -> Mismatch | None:
+    """The mismatch the dumps show first: the default group's before the others', the lowest SeqNum (None where
+    there are no dumps or they agree)."""
+    if report is None or not report.mismatches:
+        return None
     return min(report.mismatches, key=lambda m: (m.pg != "0", m.seq))
 
 
@@ -41,10 +44,8 @@ def first_mismatch(report: FlightReport) -> Mismatch:
 def flight_skipped_sync(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """The culprits' first collective is not the broadcast of the initial parameters that every other rank issued."""
     report = ctx.aligned.flight
-    if report is None or not report.mismatches:
-        return None
     first = first_mismatch(report)
-    if not skipped_sync(report, first):
+    if report is None or first is None or not skipped_sync(report, first):
         return None
     culprit_ops = ", ".join(f"rank {r}: {op_name(first.entries[r])}" for r in first.culprits if r in first.entries)
     return Hit(
