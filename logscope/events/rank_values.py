@@ -36,11 +36,15 @@ _DYNAMIC = re.compile(
 # Values that differ between healthy ranks or runs: metrics, clocks, hosts, addresses, paths, process ids,
 # devices and data shards (for a line, anywhere in it; for a setting, its name). Seeds are compared: offset by the
 # rank they differ on every rank, and only one rank against a majority that agrees is reported.
-_VARYING = re.compile(
-    r"(?i)https?://|/|\\|@|0x[0-9a-f]+|(?<![0-9a-z])(?=[0-9a-f]{8,}(?![0-9a-z]))[0-9]*[a-f]|(?<![a-z])(?:loss|lr|"
-    r"acc\w*|reward|time|sec|ms|%|host\w*|node|ip|addr\w*|port|pid|device|cuda|gpu|npu|shard|local[_ ]?rank|"
-    r"memory|mem|gb|mb|throughput|speed|samples?|tokens?|date|hash|checksum)(?![a-z])"
+_VARYING_WORDS = (
+    r"loss|acc\w*|reward|time|sec|ms|%|host\w*|node|ip|addr\w*|port|pid|device|cuda|gpu|npu|shard|local[_ ]?rank|"
+    r"memory|mem|gb|mb|throughput|speed|samples?|tokens?|date|hash|checksum"
 )
+_VARYING_LEAD = r"(?i)https?://|/|\\|@|0x[0-9a-f]+|(?<![0-9a-z])(?=[0-9a-f]{8,}(?![0-9a-z]))[0-9]*[a-f]|(?<![a-z])"
+_VARYING = re.compile(rf"{_VARYING_LEAD}(?:lr|{_VARYING_WORDS})(?![a-z])")
+# A setting's name: a learning rate given as a setting ("lr=0.05", "lr_schedule=constant") is the job's, the same
+# on every rank; only where a line prints it among progress numbers does it move.
+_VARYING_KEY = re.compile(rf"{_VARYING_LEAD}(?:{_VARYING_WORDS})(?![a-z])")
 # Settings named for what is the rank's own, not the job's: its identity, its place, its process.
 _OWN_KEY = re.compile(r"(?i)rank|member|group|world|\bid\b|_id|pid|host|node|name|restart")
 # `srun --label`'s task number before a line: the task is the rank.
@@ -68,9 +72,11 @@ def _facets(text: str, label: int | None = None) -> tuple[int, list[tuple[str, t
         return None
     template = " ".join(_NUMBER.sub("0", rest).split())
     found = _SETTING.findall(rest) or _SPACED_SETTING.findall(rest)
-    settings = [(k, v) for k, v in found if not _VARYING.search(k) and not _DYNAMIC.search(k)]
+    settings = [(k, v) for k, v in found if not _VARYING_KEY.search(k) and not _DYNAMIC.search(k)]
     if settings:
-        return rank, [(f"{template} | {k}", (v,), text) for k, v in settings]
+        # The same line on every rank whatever its settings' values, words included ("lr_schedule=constant").
+        skeleton = " ".join(_NUMBER.sub("0", _SETTING.sub(r"\1=", rest)).split())
+        return rank, [(f"{skeleton} | {k}", (v,), text) for k, v in settings]
     if _VARYING.search(rest):
         return None
     values = tuple(_NUMBER.findall(rest))

@@ -213,8 +213,11 @@ def cond_field_differs(rule: Rule, ctx: Context, events: list[Event]) -> Hit | N
         if name in offset_ok and _offset_by_rank(values):
             continue
         differing[name] = values
+        off_line = _off_the_rank_offset(values) if name in offset_ok else set()
         counts = Counter(values.values()).most_common()
-        if len(values) >= 3 and counts[0][1] > counts[1][1] and counts[0][1] * 2 > len(values):
+        if off_line:
+            culprits |= off_line  # a seed that breaks the base-plus-rank pattern the others follow
+        elif len(values) >= 3 and counts[0][1] > counts[1][1] and counts[0][1] * 2 > len(values):
             culprits |= {r for r, v in values.items() if v != counts[0][0]}  # the odd ones out of a clear majority
         elif 0 in values:
             culprits |= {r for r, v in values.items() if v != values[0]}  # rank 0 is the broadcast source
@@ -246,6 +249,18 @@ def _offset_by_rank(values: dict[int, str]) -> bool:
         return False
     step = (nums[ranks[1]] - nums[ranks[0]]) / max(1, ranks[1] - ranks[0])
     return step != 0 and all(nums[r] - nums[ranks[0]] == step * (r - ranks[0]) for r in ranks)
+
+
+def _off_the_rank_offset(values: dict[int, str]) -> set[int]:
+    """The ranks whose value is not base + rank where a clear majority (three ranks or more) of them is."""
+    try:
+        offsets = {r: int(v) - r for r, v in values.items()}
+    except ValueError:
+        return set()
+    (base, count), *_ = Counter(offsets.values()).most_common()
+    if len(offsets) < 3 or count * 2 <= len(offsets) or len(set(values.values())) < count:
+        return set()  # too few ranks, no majority, or the majority prints one value (not offset at all)
+    return {r for r, o in offsets.items() if o != base}
 
 
 def cond_same_seq_differs(rule: Rule, ctx: Context, events: list[Event]) -> Hit | None:

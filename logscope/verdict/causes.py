@@ -6,11 +6,12 @@ consequence, the rule of the finding that explains it. The verdict is the first 
 
 What makes a finding a consequence, in this order:
 1. every line it rests on says that a peer went away (remote errors, lost connections, teardown), and another
-   failure finding names the rank that went;
+   failure finding names the rank that went; where the ranks that went away left no error of their own (their
+   logs just stop), their vanishing is the cause and what the others reported after it its consequence;
 2. another failure finding is of a kind that explains it (a mismatch, a skipped sync, a crash or an OOM explains
    its peers' timeouts and communication errors: the rule's specificity encodes that order) and names a culprit
    among the ranks this one waited for, or this one names no culprit of its own; ranks that disagree on their
-   configuration explain any collective mismatch between them;
+   configuration explain any collective mismatch between them, and a crash of those ranks (or of every rank);
    a lost connection is explained by a failure of the rank(s) that went away;
 3. when both carry clocks, a failure that started later than another one's first line, on other ranks.
 """
@@ -75,6 +76,7 @@ def assign_roles(findings: list[Finding], rows: list[Event]) -> None:
     # Once ranks trained, the world had formed: a rendezvous error then (an agent that lost the store when its
     # peer's agent exited) is a symptom of whatever ended the run, not a world that never formed.
     formed = any(r["rank"] is not None and r["phase"] in ("sync", "train") and r["level"] != "error" for r in rows)
+    world = {r["rank"] for r in rows if r["rank"] is not None}
     for f in findings:
         f["role"] = (
             Role.CAUSE if failing(f) or (f["severity"] == Severity.WARNING and not f.get("survived")) else Role.CONTEXT
@@ -82,7 +84,7 @@ def assign_roles(findings: list[Finding], rows: list[Event]) -> None:
         f["caused_by"] = None
         f["onset"] = starts[id(f)]
     for f in failures:
-        explainer = _explainer(f, failures, starts, remote_only, formed)
+        explainer = _explainer(f, failures, starts, remote_only, formed, world)
         if explainer is not None:
             f["role"] = Role.CONSEQUENCE
             f["caused_by"] = explainer["rule"]
@@ -94,15 +96,23 @@ def _explainer(
     starts: dict[int, float | None],
     remote_only: dict[int, bool],
     formed: bool,
+    world: set[int],
 ) -> Finding | None:
     best: Finding | None = None
     for g in failures:
-        if g is f or remote_only[id(g)]:
+        g_went = _went_away_silently(g, remote_only)
+        if g is f or (remote_only[id(g)] and not g_went):
             continue
         # A remote-only finding is explained by any failure that names ranks; a rendezvous error after the world
         # formed by any other failure.
         late_rendezvous = f["category"] == "rendezvous_failure" and formed and g["category"] != "rendezvous_failure"
-        if (remote_only[id(f)] and (g["culprit_ranks"] or g["ranks"])) or late_rendezvous:
+        if _went_away_silently(f, remote_only):
+            # Peers that vanished without a word are explained only by a failure of their own.
+            explains = bool(set(f["culprit_ranks"]) & (set(g["ranks"]) | set(g["culprit_ranks"])))
+        elif g_went:
+            # What the ranks left behind reported once their peers vanished.
+            explains = f["category"] in SYMPTOMS and bool(f["ranks"]) and set(f["ranks"]) <= set(g["ranks"])
+        elif (remote_only[id(f)] and (g["culprit_ranks"] or g["ranks"])) or late_rendezvous:
             explains = True
         elif f["category"] == "comm_error" and g["category"] in ENDS_A_PROCESS and _went_away_failing(f, g):
             # The peer that went away had failed itself (timed out, crashed): that failure ended the connection.
@@ -110,6 +120,11 @@ def _explainer(
         elif f["category"] == "collective_mismatch" and g["category"] == "config_disagreement":
             # Ranks that run with different settings call different collectives: the disagreement is the cause.
             explains = True
+        elif f["category"] == "crash" and g["category"] == "config_disagreement" and g["culprit_ranks"]:
+            # A rank that runs with another setting than its peers fails of it (its loss diverges), or every rank's
+            # check that the replicas agree raises: the setting is the cause. A crash on another rank is not.
+            crashed = set(f["culprit_ranks"])
+            explains = crashed == set(g["culprit_ranks"]) or (len(crashed) >= 2 and crashed == world)
         elif f["category"] in SYMPTOMS and g["specificity"] > f["specificity"]:
             # A more specific finding explains this one when it names who the others waited for, or this one
             # names nobody; a rank's own crash does not explain a disagreement found elsewhere.
@@ -156,6 +171,17 @@ def first_cause(ranked: list[Finding]) -> Finding | None:
         if earlier:
             return min(earlier, key=lambda pair: pair[0])[1]
     return top
+
+
+def _went_away_silently(f: Finding, remote_only: dict[int, bool]) -> bool:
+    """A crash known only from its peers' lost connections: the ranks it names are not the ones that reported it
+    (their own logs stop with no error; LS504 makes it a crash only then)."""
+    return (
+        remote_only[id(f)]
+        and f["category"] == "crash"
+        and bool(f["culprit_ranks"])
+        and not set(f["culprit_ranks"]) & set(f["ranks"])
+    )
 
 
 def _went_away_failing(f: Finding, g: Finding) -> bool:

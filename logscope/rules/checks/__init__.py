@@ -45,5 +45,6 @@ from logscope.rules.checks import (  # noqa: F401  (each module registers its ch
     store_lost_before_world_formed,
     store_wait_timeout,
     timeout_at_param_sync,
+    timeout_dump_signal,
     world_never_formed,
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
-from logscope.rules.checks.collectives import last_calls
+from logscope.rules.checks.collectives import call_name, last_calls
 from logscope.vocab import Event
 
 
@@ -17,7 +17,7 @@ def different_collective_calls(rule: Rule, ctx: Context, events: list[Event], pa
     last = last_calls(ctx, events)
     if len(last) < 2:
         return None
-    calls = {r: e["_f"]["api"] for r, e in last.items()}
+    calls = {r: str(call_name(e)) for r, e in last.items()}
     if len(set(calls.values())) < 2:
         return None
     counts: dict[str, int] = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
-from logscope.rules.checks.collectives import last_calls
+from logscope.rules.checks.collectives import call_name, last_calls
 from logscope.vocab import Event
 
 # Lines only a rank that trains prints (a rank still in the sync has none).
@@ -23,11 +23,11 @@ def past_the_sync(rule: Rule, ctx: Context, events: list[Event], params: dict[st
     if not ctx.by_kind.get("sync_start"):
         return None
     last = last_calls(ctx, events)
-    in_sync = {r for r, e in last.items() if e["_f"]["api"] in SYNC_APIS and not ctx.states[r].kinds & TRAINING_KINDS}
-    ahead = {r for r, e in last.items() if e["_f"]["api"] not in SYNC_APIS}
+    in_sync = {r for r, e in last.items() if call_name(e) in SYNC_APIS and not ctx.states[r].kinds & TRAINING_KINDS}
+    ahead = {r for r, e in last.items() if call_name(e) not in SYNC_APIS}
     if not in_sync or not ahead:
         return None
-    calls = ", ".join(f"rank {r}: {e['_f']['api']}" for r, e in sorted(last.items()))
+    calls = ", ".join(f"rank {r}: {call_name(e)}" for r, e in sorted(last.items()))
     return Hit(
         [last[r] for r in sorted(ahead)] + [last[r] for r in sorted(in_sync)] + ctx.by_kind["sync_start"][:2],
         set(last),
