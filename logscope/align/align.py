@@ -45,8 +45,12 @@ OWN_RANK_KINDS = IDENTITY_KINDS | {"sync_start"}
 # Kinds whose lines name the rank they are about, and the field that holds it (signatures.yaml `names_rank`).
 NAMES_RANK = {s.kind: s.names_rank for s in catalogue().signatures if s.names_rank}
 # A training script's rank tag at the start of its message, after any logger prefix: "[RANK 0] ...", "[rank 1] ...",
-# also behind bracketed fields of its own logger and with the world size: "[10:09:59][rank1/4][INFO] ...".
-_RANK_TAG = regex.compile(r"(?:\[[^\[\]]{1,40}\] ?){0,3}\[(?:RANK|Rank|rank)[ _]?(\d{1,5})(?:/\d{1,5})?\](?: |\[)")
+# also behind bracketed fields of its own logger and with the world size: "[10:09:59][rank1/4][INFO] ...", or behind a
+# bare clock: "16:21:51 [rank0] training loop finished".
+_RANK_TAG = regex.compile(
+    r"(?:(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d{1,6})? )?(?:\[[^\[\]]{1,40}\] ?){0,3}"
+    r"\[(?:RANK|Rank|rank)[ _]?(\d{1,5})(?:/\d{1,5})?\](?: |\[)"
+)
 # A JSON-lines logger's record that carries the rank as a field of its own.
 _JSON_RANK = regex.compile(r'\{[^{}]{0,300}?"(?:rank|global_rank|RANK)": ?"?(\d{1,5})"?[,}]')
 # NCCL's record prefix ("node:2134736:2285781 [0] ...": host, pid, thread, device) and its proxy thread's own rank.
@@ -209,6 +213,10 @@ class _Builder:
             stream = self.stream_of(row)
             if row["grank"] is not None:
                 votes[stream][row["grank"]] += 3
+            elif (m := _RANK_TAG.match(row["text"])) is not None:
+                # The script's own tag on its message: with c10d rendezvous torchrun gives a node's workers
+                # whichever global ranks the rendezvous hands it, not node index x local ranks.
+                votes[stream][int(m.group(1))] += 1
             f = row["_f"]
             if row["kind"] in IDENTITY_KINDS:
                 rank = int_or_none(f.get("rank"))

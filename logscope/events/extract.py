@@ -45,7 +45,8 @@ _LINE_START_RUST = "^" + _LINE_START.pattern
 _KV = regex.compile(r"\b([A-Za-z_][\w.]*)=([^\s,;]+)")
 # "DDP rank: 0, world size: 1": the same settings written "key: value", with the key's words joined by "_".
 _GLUED_TAG = regex.compile(r"\[(?:rank|RANK|Rank|default)(?![a-z])")
-_KV_COLON = regex.compile(r"\b(rank|local[ _]rank|world[ _]size|seed|num[ _]envs): ?(\d+)\b", regex.I)
+# (Also padded to a column: "Global rank    : 0", "World size     : 1".)
+_KV_COLON = regex.compile(r"\b(rank|local[ _]rank|world[ _]size|seed|num[ _]envs) *: ?(\d+)\b", regex.I)
 # ProcessGroupNCCL's settings echo: "TORCH_NCCL_BLOCKING_WAIT: 0", "TORCH_NCCL_ENABLE_MONITORING (Whether to ...): 1".
 _TORCH_ENV = regex.compile(r"\b(TORCH_[A-Z0-9_]+)(?: \([^()]{0,200}\))?: ([^\s,]+)")
 # One encoder for every event's fields: json.dumps with a non-default option builds a new encoder per call.

@@ -33,11 +33,14 @@ _NUMBER = re.compile(r"[-+]?\d[\d.]*(?:[eE][-+]?\d+)?")
 _DYNAMIC = re.compile(
     r"(?i)(?<![a-z])(?:epoch|iter\w*|step|steps|seq\w*|sequence|watchdog|timeout|timed|elapsed|eta|it/s|s/it)(?![a-z])"
 )
+# A setting named for the loop's progress ("step=12", "global_step: 40"); "grad_accum_steps" or "max_steps" is the
+# job's configuration.
+_DYNAMIC_KEY = re.compile(r"(?i)(?:global[_ ]?)?(?:epoch|epochs|iter\w*|step|steps|it|seq\w*|elapsed|eta)$")
 # Values that differ between healthy ranks or runs: metrics, clocks, hosts, addresses, paths, process ids,
 # devices and data shards (for a line, anywhere in it; for a setting, its name). Seeds are compared: offset by the
 # rank they differ on every rank, and only one rank against a majority that agrees is reported.
 _VARYING_WORDS = (
-    r"loss|acc\w*|reward|time|sec|ms|%|host\w*|node|ip|addr\w*|port|pid|device|cuda|gpu|npu|shard|local[_ ]?rank|"
+    r"loss|acc(?!um)\w*|reward|time|sec|ms|%|host\w*|node|ip|addr\w*|port|pid|device|cuda|gpu|npu|shard|local[_ ]?rank|"
     r"memory|mem|gb|mb|throughput|speed|samples?|tokens?|date|hash|checksum"
 )
 _VARYING_LEAD = r"(?i)https?://|/|\\|@|0x[0-9a-f]+|(?<![0-9a-z])(?=[0-9a-f]{8,}(?![0-9a-z]))[0-9]*[a-f]|(?<![a-z])"
@@ -49,10 +52,13 @@ _VARYING_KEY = re.compile(rf"{_VARYING_LEAD}(?:{_VARYING_WORDS})(?![a-z])")
 _OWN_KEY = re.compile(r"(?i)rank|member|group|world|\bid\b|_id|pid|host|node|name|restart")
 # `srun --label`'s task number before a line: the task is the rank.
 _SRUN_LABEL = re.compile(r"\s*(\d{1,5}): (?=\S)")
-# "num_envs=512", "batch_size: 32": a setting's name and its value.
-_SETTING = re.compile(r"(?<![\w.])([A-Za-z_][\w.]{0,40})\s*[=:]\s*([^\s,;]{1,60})")
+# "num_envs=512", "batch_size: 32": a setting's name and its value
+# (Also JSON's and Python dicts' quoted form: "grad_accum_steps": 2, 'lr': 0.01.)
+_SETTING = re.compile(r"(?<![\w.])([A-Za-z_][\w.]{0,40})[\"']?\s*[=:]\s*[\"']?([^\s,;\"'}]{1,60})")
 # "batch_size 16", "num_envs 512": a snake_case name and a number, the way loggers print settings without "=".
 _SPACED_SETTING = re.compile(r"(?<![\w.-])([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+) (-?\d+(?:\.\d+)?)(?![\w.:/%-])")
+# A C++ logger's source location: "[/__w/.../gloo/transport/tcp/debug_logger.cc:9]", "ProcessGroupNCCL.cpp:612]".
+_CPP_SOURCE = re.compile(r"\.(?:cc|cpp|cu|h|hpp):\d+\]")
 # A template about tensors going into a collective: a difference there is a collective mismatch.
 _TENSOR = re.compile(r"(?i)tensor|torch\.Size|shape|numel|dtype|bucket")
 
@@ -70,9 +76,11 @@ def _facets(text: str, label: int | None = None) -> tuple[int, list[tuple[str, t
         return None
     if _DYNAMIC.search(_SETTING.sub(" ", rest)):  # free words about progress; a setting named so is only left out
         return None
+    if _CPP_SOURCE.search(rest):  # a library's own C++ log line (gloo's retries, c10d's internals), not a setting
+        return None
     template = " ".join(_NUMBER.sub("0", rest).split())
     found = _SETTING.findall(rest) or _SPACED_SETTING.findall(rest)
-    settings = [(k, v) for k, v in found if not _VARYING_KEY.search(k) and not _DYNAMIC.search(k)]
+    settings = [(k, v) for k, v in found if not _VARYING_KEY.search(k) and not _DYNAMIC_KEY.match(k)]
     if settings:
         # The same line on every rank whatever its settings' values, words included ("lr_schedule=constant").
         skeleton = " ".join(_NUMBER.sub("0", _SETTING.sub(r"\1=", rest)).split())

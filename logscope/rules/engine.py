@@ -17,7 +17,8 @@ import regex
 from logscope.align.model import Aligned
 from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import API_OPTYPE, CHECKS, REMOTE_KINDS, Context, Hit, Rule, breaks_own_pattern
-from logscope.rules.checks.failures import only_failed_worker
+from logscope.rules.checks.failures import first_own_error, only_failed_worker
+from logscope.values import int_or_none
 from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER, Event, Evidence, Finding, Phase
 
 # Variables that identify a host or a rank and so differ by design.
@@ -356,6 +357,12 @@ CONDITIONS = {
 
 
 # ---------------------------------------------------------------------------------------------- culprits
+# Lines that tell where a rank's queue of collectives stood (align folds them into last_seq_enqueued/completed).
+SEQ_REPORT_KINDS = frozenset({"nccl_pg_status", "nccl_work_progress", "nccl_dump_signal", "collective_fingerprint"})
+# A SeqNum told this long after the failure's reports is not where the rank stood when they failed.
+LATER_S = 10.0
+
+
 def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if hit.culprits is not None:
         return sorted(set(hit.culprits))
@@ -367,7 +374,7 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
         return reporters
     if strategy == "reporters_or_failed_worker":
         return reporters or only_failed_worker(ctx) or _device_named(ctx, hit)
-    if strategy in ("fields", "fields_majority"):
+    if strategy in ("fields", "fields_majority", "fields_or_reporters"):
         named: Counter[int] = Counter()
         for e in hit.events:
             for name in rule.culprit_fields:
@@ -375,6 +382,8 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
                 for part in str(value if value is not None else "").replace(" ", "").split(","):
                     if part.isdigit():
                         named[int(part)] += 1
+        if strategy == "fields_or_reporters":
+            return sorted(named) or reporters
         if strategy == "fields" or not named:
             return sorted(named)
         # Each rank names the one it disagrees with; the rank most of them name is the odd one out.
@@ -424,8 +433,16 @@ def _laggards(ctx: Context, hit: Hit) -> list[int]:
     for e in hit.events:
         if e["rank"] is not None and e["seq"] is not None and (e["pg"] or "0") == "0":
             seqs[e["rank"]] = max(seqs.get(e["rank"], -1), e["seq"])
+    reported_by = min((ctx.order(e)[0] for e in hit.events), default=float("inf"))
     for rank, info in ctx.ranks.items():
         if rank in seqs or info["status"] != "visible":
+            continue
+        # Where the rank stood when the others failed, where its lines tell it by then; where it stood minutes
+        # later (an abort with async error handling comes a minute after the timeout) says nothing of that.
+        if (then := _seq_by(ctx, rank, reported_by)) is not None:
+            seqs[rank] = then
+            continue
+        if _seq_known_only_later(ctx, rank, reported_by):
             continue
         # The furthest collective the rank reached: the last it enqueued, else the one after its last completed.
         if (enqueued := info.get("last_seq_enqueued")) is not None:
@@ -436,6 +453,34 @@ def _laggards(ctx: Context, hit: Hit) -> list[int]:
         low = min(seqs.values())
         return sorted(r for r, s in seqs.items() if s == low)
     return []
+
+
+def _seq_reports(ctx: Context, rank: int) -> list[tuple[float, int]]:
+    """(clock, furthest SeqNum) of each of the rank's lines that tells where its queue of collectives stood."""
+    told = []
+    for e in ctx.by_rank.get(rank, []):
+        if e["kind"] not in SEQ_REPORT_KINDS or (e["pg"] or "0") != "0":
+            continue  # (the default process group's, as align folds them)
+        enqueued, completed = int_or_none(e["_f"].get("enqueued")), int_or_none(e["_f"].get("completed"))
+        at = enqueued if enqueued is not None else completed + 1 if completed is not None else e["seq"]
+        if at is not None:
+            told.append((ctx.order(e)[0], at))
+    return told
+
+
+def _seq_by(ctx: Context, rank: int, reported_by: float) -> int | None:
+    """The furthest SeqNum the rank's clocked lines tell by the failure's first reports (None: none tells it)."""
+    if reported_by == float("inf"):
+        return None
+    then = [at for when, at in _seq_reports(ctx, rank) if when <= reported_by + LATER_S]
+    return max(then) if then else None
+
+
+def _seq_known_only_later(ctx: Context, rank: int, reported_by: float) -> bool:
+    """Every line that tells the rank's SeqNum came later than the failure's first reports (by more than a
+    moment): it caught up after they had failed."""
+    told = _seq_reports(ctx, rank)
+    return reported_by != float("inf") and bool(told) and all(when > reported_by + LATER_S for when, _ in told)
 
 
 def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
@@ -453,7 +498,7 @@ def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
         r for r, rows in ctx.by_rank.items() if any(e["tee_lrank"] is not None or e["node"] is not None for e in rows)
     } | {r for r, info in ctx.ranks.items() if info.get("node") is not None}
     # A peer with an error of its own ("Connection closed by peer") is not silent: it failed after the waiters.
-    erred = {r for r, st in ctx.states.items() if st.first_error is not None}
+    erred = {r for r in ctx.states if first_own_error(ctx, r) is not None}
     world = ctx.job.get("world_size") if ctx.job.get("world_size_declared") else None
     if world == 2 and len(reporters) == 1 and _alive_without_timeout(ctx, 1 - next(iter(reporters)), erred):
         # Two ranks: the one that timed out waited for the other, which logged on without timing out.
@@ -474,7 +519,7 @@ def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
 
 def _came_back_late(ctx: Context, rank: int, hit: Hit) -> bool:
     """The rank's first error says only that a peer went away, and it came after every timeout of `hit`."""
-    first = ctx.states[rank].first_error if rank in ctx.states else None
+    first = first_own_error(ctx, rank)
     if first is None or first["kind"] not in REMOTE_KINDS or not hit.events:
         return False
     # Lines of different files compare only by their clocks; lines of one file by their place in it.

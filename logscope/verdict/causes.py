@@ -11,7 +11,8 @@ What makes a finding a consequence, in this order:
 2. another failure finding is of a kind that explains it (a mismatch, a skipped sync, a crash or an OOM explains
    its peers' timeouts and communication errors: the rule's specificity encodes that order) and names a culprit
    among the ranks this one waited for, or this one names no culprit of its own; ranks that disagree on their
-   configuration explain any collective mismatch between them, and a crash of those ranks (or of every rank);
+   configuration explain any collective mismatch between them, and a crash of those ranks (or of every rank, or of
+   all the others);
    a lost connection is explained by a failure of the rank(s) that went away;
 3. when both carry clocks, a failure that started later than another one's first line, on other ranks.
 """
@@ -72,6 +73,16 @@ def assign_roles(findings: list[Finding], rows: list[Event]) -> None:
         and all(is_remote_line(events.get((item["path"], item["line"]), item)) for item in f["evidence"])
         for f in findings
     }
+    # A finding that rests only on tracebacks' first lines ("Traceback (most recent call last):", the rest cut off
+    # in a paste) does not say what failed: it explains nothing else.
+    headers_only = {
+        id(f): bool(f["evidence"])
+        and all(
+            (e := events.get((item["path"], item["line"]))) is not None and e["kind"] == "traceback_start"
+            for item in f["evidence"]
+        )
+        for f in findings
+    }
     failures = [f for f in findings if failing(f)]
     # Once ranks trained, the world had formed: a rendezvous error then (an agent that lost the store when its
     # peer's agent exited) is a symptom of whatever ended the run, not a world that never formed.
@@ -84,7 +95,7 @@ def assign_roles(findings: list[Finding], rows: list[Event]) -> None:
         f["caused_by"] = None
         f["onset"] = starts[id(f)]
     for f in failures:
-        explainer = _explainer(f, failures, starts, remote_only, formed, world)
+        explainer = _explainer(f, [g for g in failures if not headers_only[id(g)]], starts, remote_only, formed, world)
         if explainer is not None:
             f["role"] = Role.CONSEQUENCE
             f["caused_by"] = explainer["rule"]
@@ -121,10 +132,11 @@ def _explainer(
             # Ranks that run with different settings call different collectives: the disagreement is the cause.
             explains = True
         elif f["category"] == "crash" and g["category"] == "config_disagreement" and g["culprit_ranks"]:
-            # A rank that runs with another setting than its peers fails of it (its loss diverges), or every rank's
-            # check that the replicas agree raises: the setting is the cause. A crash on another rank is not.
-            crashed = set(f["culprit_ranks"])
-            explains = crashed == set(g["culprit_ranks"]) or (len(crashed) >= 2 and crashed == world)
+            # A rank that runs with another setting than its peers fails of it (its loss diverges), every rank's
+            # check that the replicas agree raises, or all its peers fail taking its parameters (a model of
+            # another size): the setting is the cause. A crash of some other rank is not.
+            crashed, odd = set(f["culprit_ranks"]), set(g["culprit_ranks"])
+            explains = crashed == odd or (len(crashed) >= 2 and (crashed == world or crashed == world - odd))
         elif f["category"] in SYMPTOMS and g["specificity"] > f["specificity"]:
             # A more specific finding explains this one when it names who the others waited for, or this one
             # names nobody; a rank's own crash does not explain a disagreement found elsewhere.

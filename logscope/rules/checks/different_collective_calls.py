@@ -28,6 +28,10 @@ def different_collective_calls(rule: Rule, ctx: Context, events: list[Event], pa
     if list(counts.values()).count(top) == 1 and len(calls) >= 3:
         usual = max(counts, key=lambda k: counts[k])
         culprits = sorted(r for r, api in calls.items() if api != usual)
+    elif len(left := [r for r in calls if ctx.states[r].ended]) == 1 and len(calls) > 1:
+        # One rank had said its training loop was over and the others were still in it: it left early, and its
+        # closing collective (a barrier, wait_for_everyone) met theirs.
+        culprits = left
     else:
         culprits, factor = sorted(calls), 0.7
     per_rank = ", ".join(f"rank {r}: {api}" for r, api in sorted(calls.items()))

@@ -1,15 +1,22 @@
 """What several checks know about failure lines: which kinds say that communication failed, which exceptions only
-report a peer's or the launcher's doing, how a failure reads in a message, which warning came just before it; and
+report a peer's or the launcher's doing, how a failure reads in a message, which warning came just before it, which
+NCCL trace of a failed call its process went on from; and
 two judgements over the whole run: every failed rank aborted by the watchdog, and the fallback stage's ground
 (nothing failed, nothing proves the run finished)."""
 
 from __future__ import annotations
 
+import regex
+
 from logscope.align.align import signal_name
 from logscope.align.state import launcher_teardown
 from logscope.events.catalogue import catalogue
+from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import COMM_FAMILY, Context
 from logscope.vocab import Event, Severity, at_least
+
+# NCCL's trace of a failed call back up its stack ("transport/net_ib.cc:852 -> 3").
+NCCL_TRACE = regex.compile(r"\.(?:cc|cu|h):\d+ -> \d")
 
 # Events that say "communication failed here": a crash on a rank that shows one of these is its consequence.
 COMM_KINDS = {
@@ -149,3 +156,31 @@ def only_failed_worker(ctx: Context) -> list[int]:
         if e["rank"] is not None and e["exitcode"] not in (None, 0) and not launcher_teardown(e)
     }
     return sorted(failed) if len(failed) == 1 else []
+
+
+def nccl_went_on(ctx: Context, e: Event) -> bool:
+    """NCCL traces a failed call ("include/net.h:19 -> 2") also when it handles it: a process whose next lines go on
+    with its setup (NCCL INFO lines of the same process that are not part of the trace) did not fail there."""
+    process = nccl_process(e["text"])
+    if process is None:
+        return False
+    after = [text for line, text in ctx.aligned.contexts.get((e["sid"], e["line"]), []) if line > e["line"]]
+    own = [text for text in after if nccl_process(text) == process and "NCCL INFO" in text]
+    return bool(own) and not any(NCCL_TRACE.search(text) or "NCCL WARN" in text for text in own)
+
+
+def first_own_error(ctx: Context, rank: int) -> Event | None:
+    """The rank's first error line, but for NCCL's traces of a failed call that its process went on from and for
+    the notice that another rank signalled a Flight Recorder dump (it says the other rank failed)."""
+    first = ctx.states[rank].first_error if rank in ctx.states else None
+    if first is None or not _not_its_own(ctx, first):
+        return first
+    errors = [e for e in ctx.by_rank.get(rank, []) if e["level"] == "error" and not _not_its_own(ctx, e)]
+    return min(errors, key=ctx.order) if errors else None
+
+
+def _not_its_own(ctx: Context, e: Event) -> bool:
+    if e["kind"] == "nccl_error_return":
+        return nccl_went_on(ctx, e)
+    told_by = str(e["_f"].get("from") or "")
+    return e["kind"] == "nccl_dump_signal" and (bool(e["_f"].get("observed")) or told_by.startswith("rank"))

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import regex
-
 from logscope.align.state import launcher_teardown
-from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import LEAD_FAMILY, REMOTE_KINDS, Context, Hit, Rule, check, family_category
-from logscope.rules.checks.failures import NOT_A_CAUSE_EXC, describe, failure_found, message_kind, warned_before
+from logscope.rules.checks.failures import (
+    NOT_A_CAUSE_EXC,
+    describe,
+    failure_found,
+    message_kind,
+    nccl_went_on,
+    warned_before,
+)
 from logscope.values import int_ranges
 from logscope.vocab import Event
 
@@ -25,7 +29,6 @@ STOPPED_FROM_OUTSIDE_EXC = ("KeyboardInterrupt", "SignalException")
 STOP_SIGNAL_SPAN = 40
 # torchrun's reports of a worker's exit ("failed (exitcode: 1) local_rank: 0", the ChildFailedError summary's entries).
 AGENT_EXIT_KINDS = frozenset({"worker_failed", "child_failure"})
-_NCCL_TRACE = regex.compile(r"\.(?:cc|cu|h):\d+ -> \d")
 # A line this close to the end of its file is where that file stops.
 LAST_LINES = 3
 # How much less sure a lead is than a failure line: a warning where the log stops, a traceback cut short, and a
@@ -104,7 +107,7 @@ def _unexplained_errors(ctx: Context, others: bool) -> list[Event]:
         and not _stopped_from_outside(e)
         and not (e["kind"] == "traceback_start" and _explained(ctx, headers.get((e["sid"], e["line"]))))
         and not (e["kind"] == "traceback_start" and _after_a_stop_signal(ctx, e))
-        and not (e["kind"] == "nccl_error_return" and _nccl_went_on(ctx, e))
+        and not (e["kind"] == "nccl_error_return" and nccl_went_on(ctx, e))
         and not (e["kind"] in AGENT_EXIT_KINDS and launcher_teardown(e))
     ]
     # A traceback is told by the line that ends it (its exception); a header stays only where the traceback is cut off.
@@ -204,17 +207,6 @@ def _after_a_stop_signal(ctx: Context, e: Event) -> bool:
         x["sid"] == e["sid"] and 0 < e["line"] - x["line"] <= STOP_SIGNAL_SPAN
         for x in ctx.by_kind.get("agent_death_signal", [])
     )
-
-
-def _nccl_went_on(ctx: Context, e: Event) -> bool:
-    """NCCL traces a failed call ("include/net.h:19 -> 2") also when it handles it: a process whose next lines go on
-    with its setup (NCCL INFO lines of the same process that are not part of the trace) did not fail there."""
-    process = nccl_process(e["text"])
-    if process is None:
-        return False
-    after = [text for line, text in ctx.aligned.contexts.get((e["sid"], e["line"]), []) if line > e["line"]]
-    own = [text for text in after if nccl_process(text) == process and "NCCL INFO" in text]
-    return bool(own) and not any(_NCCL_TRACE.search(text) or "NCCL WARN" in text for text in own)
 
 
 def _stopped_from_outside(e: Event | None) -> bool:

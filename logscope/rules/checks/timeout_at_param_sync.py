@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from logscope.align.state import PROGRESS_KINDS
 from logscope.rules.api import Context, Hit, Rule, check
-from logscope.vocab import PHASE_ORDER, Event, Phase
+from logscope.vocab import Event, Phase
 
 
 @check("timeout_at_param_sync")
@@ -18,7 +19,7 @@ def timeout_at_param_sync(rule: Rule, ctx: Context, events: list[Event], params:
     world = ctx.job.get("world_size")
     if not synced or not isinstance(world, int) or world < 2:
         return None
-    waiting = [e for e in events if e["rank"] in synced and _timed_out_in_the_sync(ctx, e)]
+    waiting = [e for e in events if e["rank"] in synced and _timed_out_in_the_sync(ctx, e, synced[e["rank"]])]
     absent = sorted(set(range(world)) - set(synced))
     if not waiting or not absent:
         return None
@@ -32,8 +33,24 @@ def timeout_at_param_sync(rule: Rule, ctx: Context, events: list[Event], params:
     )
 
 
-def _timed_out_in_the_sync(ctx: Context, timeout: Event) -> bool:
-    """The rank's own lines before the timeout stop at the sync phase: no training line came between."""
+def _timed_out_in_the_sync(ctx: Context, timeout: Event, sync: Event) -> bool:
+    """No training line of the rank's own came between its sync line and the timeout (rl_games prints "Started to
+    train" before its sync, so the lines before the sync line say nothing)."""
     rank = timeout["rank"]
     state = ctx.states.get(rank) if rank is not None else None
-    return state is not None and state.progress_count == 0 and state.furthest <= PHASE_ORDER[Phase.SYNC]
+    if rank is None or state is None:
+        return False
+    after = ctx.order(sync)
+    return not any(
+        (r["phase"] == Phase.TRAIN or r["kind"] in PROGRESS_KINDS)
+        and r["level"] != "benign"
+        and _between(ctx, r, sync, after, timeout)
+        for r in ctx.by_rank.get(rank, [])
+    )
+
+
+def _between(ctx: Context, row: Event, sync: Event, after: tuple[float, int, int], timeout: Event) -> bool:
+    """The row came after the sync line and before the timeout: by place in one file, else by clock."""
+    if row["sid"] == sync["sid"]:
+        return row["line"] > sync["line"] and (row["sid"] != timeout["sid"] or row["line"] < timeout["line"])
+    return ctx.order(row) > after
