@@ -18,6 +18,16 @@ def int_or_none(value: Any) -> int | None:
         return None
 
 
+# A 64-bit column's range: NCCL prints an unset NumelIn as 2^64 - 1 ("NumelIn=18446744073709551615").
+INT64_MAX = 2**63 - 1
+
+
+def int64_or_none(value: Any) -> int | None:
+    """`int_or_none`, but None for a number a signed 64-bit column cannot hold."""
+    number = int_or_none(value)
+    return number if number is not None and -INT64_MAX - 1 <= number <= INT64_MAX else None
+
+
 def int_list(value: Any) -> list[int]:
     """ "[4, 4]", "4,4" -> [4, 4]."""
     text = str(value or "").strip().strip("[]")

@@ -40,6 +40,8 @@ IDENTITY_KINDS = {
     "store_barrier_wait",
 }
 WORLD_SIZE_KINDS = IDENTITY_KINDS
+# The largest world whose every rank gets a row of its own (a rank number beyond it is not trusted to mean a world).
+MAX_WORLD = 65536
 # Lines that name the rank that prints them (rsl_rl: "Synchronizing parameters for rank 11...").
 OWN_RANK_KINDS = IDENTITY_KINDS | {"sync_start"}
 # Kinds whose lines name the rank they are about, and the field that holds it (signatures.yaml `names_rank`).
@@ -578,9 +580,10 @@ class _Builder:
                 entry["lines"] = entry.get("lines", 0) + self.stats[sid].lines
 
     def hidden_and_silent(self, per: dict[int, dict[str, Any]], world_size: int | None) -> None:
-        for rank in range(world_size or 0):
-            if rank not in per and world_size is not None and world_size <= 65536:
-                per[rank] = _blank_rank(rank)
+        if world_size is not None and world_size <= MAX_WORLD:
+            for rank in range(world_size):
+                if rank not in per:
+                    per[rank] = _blank_rank(rank)
         own_files = {s.path for s in self.sources if s.role in ("stdout", "stderr")}
         for entry in per.values():
             has_file = any(s in own_files for s in entry["sources"])

@@ -20,6 +20,7 @@ from logscope.events.table import PROMOTED_INT, PROMOTED_STR, events_frame
 from logscope.ingest.normalise import normalise
 from logscope.ingest.read import Block
 from logscope.ingest.sources import Source
+from logscope.values import int64_or_none
 from logscope.vocab import Event
 
 BATCH_CHARS = 8 << 20
@@ -614,11 +615,7 @@ class Extractor:
             "actor_pid": line.actor_pid,  # not a column: align reads it to find a Ray worker's rank
         }
         for name in PROMOTED_INT:
-            value = fields.get(name)
-            try:
-                row[name] = int(value) if value is not None else None
-            except ValueError:
-                row[name] = None
+            row[name] = int64_or_none(fields.get(name))
         for name in PROMOTED_STR:
             value = fields.get(name)
             row[name] = str(value) if value is not None else None

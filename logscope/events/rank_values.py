@@ -57,6 +57,8 @@ _SRUN_LABEL = re.compile(r"\s*(\d{1,5}): (?=\S)")
 _SETTING = re.compile(r"(?<![\w.])([A-Za-z_][\w.]{0,40})[\"']?\s*[=:]\s*[\"']?([^\s,;\"'}]{1,60})")
 # "batch_size 16", "num_envs 512": a snake_case name and a number, the way loggers print settings without "=".
 _SPACED_SETTING = re.compile(r"(?<![\w.-])([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+) (-?\d+(?:\.\d+)?)(?![\w.:/%-])")
+# A clock or a date in the line ("16:59:58 [rank1] done", "2026-12-05 16:59:58,123").
+_CLOCK = re.compile(r"(?<![\d.:])(?:\d{4}-\d\d-\d\d[ T])?\d{1,2}:\d\d:\d\d(?:[.,]\d+)?(?![\d:])|\d{4}-\d\d-\d\d")
 # A C++ logger's source location: "[/__w/.../gloo/transport/tcp/debug_logger.cc:9]", "ProcessGroupNCCL.cpp:612]".
 _CPP_SOURCE = re.compile(r"\.(?:cc|cpp|cu|h|hpp):\d+\]")
 # A template about tensors going into a collective: a difference there is a collective mismatch.
@@ -74,6 +76,7 @@ def _facets(text: str, label: int | None = None) -> tuple[int, list[tuple[str, t
         rank, rest = label, text
     else:
         return None
+    rest = _CLOCK.sub(" ", rest)  # the time each rank printed the line is its own
     if _DYNAMIC.search(_SETTING.sub(" ", rest)):  # free words about progress; a setting named so is only left out
         return None
     if _CPP_SOURCE.search(rest):  # a library's own C++ log line (gloo's retries, c10d's internals), not a setting
@@ -150,7 +153,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
         about_what = "tensor" if _TENSOR.search(about[facet]) else "setting"
         if len(per_rank) == 2 and about_what == "setting" and 0 in per_rank:
             # Two ranks and no majority: the one that is not rank 0 (whose parameters and config the others take)
-            # differs from it (rule LS409 reports it only where the run failed).
+            # differs from it (rule LS409).
             (rank,) = set(per_rank) - {0}
             if not _pair_differs(facet, rank, per_rank[rank], per_rank[0]):
                 continue

@@ -22,7 +22,7 @@ _RAY = re.compile(r"\([A-Za-z_]\w* pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\) ")
 _TEE = re.compile(r"\[(?!rank\d+\]:)(?P<role>[A-Za-z_][\w.-]*?)(?P<lrank>\d+)\]:")
 # torchrun's --log-line-prefix-template "${role_name}${rank}|${local_rank}": "[trainer3|1]:" (global 3, local 1).
 _TEE_TEMPLATE = re.compile(r"\[(?P<role>[A-Za-z_][\w.-]*?)(?P<grank>\d+)\|(?P<lrank>\d+)\]:")
-_GRANK = re.compile(r"\[rank(?P<grank>\d+)\]: ?")
+_GRANK = re.compile(r"\[rank(?P<grank>\d{1,6})\]: ?")  # (a 20-digit "rank" is no rank)
 _GLUED_GRANK = re.compile(r"\[rank\d+\]:")
 _C10 = re.compile(
     r"\[(?P<sev>[FEWIV])(?:(?P<mmdd>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.\d{6,9})? [\w.+-]+\.(?:cpp|hpp|h|cc):\d+\] "

@@ -180,6 +180,15 @@ def test_50_mb_single_line(run_copy: Copy, baseline: dict[str, Any]) -> None:
     assert result.diagnosis["verdict"]["confidence"] < baseline["verdict"]["confidence"]
 
 
+def test_a_rank_number_past_any_world(run_copy: Copy, baseline: dict[str, Any]) -> None:
+    run = run_copy()
+    log = run / RANK0 / "stderr.log"
+    # Garbled digits in the rank prefix: no world of 10^20 ranks is laid out (it used to loop over every one).
+    log.write_bytes(log.read_bytes().replace(b"[rank0]:", b"[rank99999999999999999999]:"))
+    result = checked(run)
+    assert all(r["rank"] < 1 << 20 for r in result.diagnosis["ranks"])
+
+
 def test_file_truncated_mid_line(run_copy: Copy, baseline: dict[str, Any]) -> None:
     run = run_copy()
     log = run / RANK1 / "stdout.log"

@@ -1,5 +1,6 @@
-"""The check `horovod_stalled`, behind LS105 (rules/LS105_horovod_stalled_collective.yaml): Horovod's stall check
-lists a collective (not the start-up broadcast, which is LS305's) that some ranks submitted and others never did;
+"""The checks `horovod_stalled`, behind LS105 (rules/LS105_horovod_stalled_collective.yaml), and
+`horovod_broadcast_stalled`, behind LS305 (rules/LS305_horovod_broadcast_missing_ranks.yaml): Horovod's stall check
+lists a collective (LS105) or the start-up broadcast (LS305) that some ranks submitted and others never did;
 the ranks it waits for are the culprits: named ("missing ranks", "Stalled ranks:"), or the world's ranks that no
 "ready ranks" list holds."""
 
@@ -15,11 +16,26 @@ from logscope.vocab import Event
 @check("horovod_stalled")
 def horovod_stalled(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """The ranks a Horovod collective waits for: missing from its stall lists, in every list that names them."""
-    rows = [e for e in events if str(ctx.field(e, "op") or "").lower() != "broadcast"]
+    rows = [e for e in events if not _is_broadcast(ctx, e)]
     if not rows or len(rows) < len(events):
         # A stalled start-up broadcast (LS305) explains the rest: the ranks that passed it wait for the others in
         # their first allreduce.
         return None
+    return _waiting_for(ctx, rows)
+
+
+@check("horovod_broadcast_stalled")
+def horovod_broadcast_stalled(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
+    """The ranks Horovod's start-up parameter broadcast waits for (LS305)."""
+    rows = [e for e in events if _is_broadcast(ctx, e)]
+    return _waiting_for(ctx, rows) if rows else None
+
+
+def _is_broadcast(ctx: Context, e: Event) -> bool:
+    return str(ctx.field(e, "op") or "").lower() == "broadcast"
+
+
+def _waiting_for(ctx: Context, rows: list[Event]) -> Hit:
     missing: set[int] | None = None
     ready_rows = [e for e in rows if ctx.field(e, "ready") is not None]
     world = ctx.job.get("world_size") if ctx.job.get("world_size_declared") else None

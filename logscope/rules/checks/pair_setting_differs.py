@@ -1,21 +1,21 @@
-"""The check `pair_setting_differs`, behind LS409 (rules/LS409_pair_setting_differs.yaml), of the fallback stage: in
-a failed run, a setting that the only two ranks printing it printed with different values. With two ranks there is
-no majority; the one that is not rank 0 is the one that differs from the rank the others take their start from."""
+"""The check `pair_setting_differs`, behind LS409 (rules/LS409_pair_setting_differs.yaml), of the fallback stage: a
+setting that the only two ranks printing it printed with different values, whether or not the run then failed. With
+two ranks there is no majority; the one that is not rank 0 is the one that differs from the rank the others take
+their start from."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
-from logscope.rules.checks.failures import failure_found
 from logscope.vocab import Event
 
 
 @check("pair_setting_differs")
 def pair_setting_differs(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
-    """In a failed run, the settings two ranks printed with different values (the rank that is not rank 0)."""
+    """The settings two ranks printed with different values (the rank that is not rank 0)."""
     rows = [e for e in events if ctx.field(e, "about") == "pair_setting" and e["rank"] is not None]
-    if not rows or not failure_found(ctx):
+    if not rows:
         return None
     ranks = {e["rank"] for e in rows if e["rank"] is not None}
     return Hit(
