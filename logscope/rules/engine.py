@@ -437,18 +437,18 @@ def _laggards(ctx: Context, hit: Hit) -> list[int]:
     for rank, info in ctx.ranks.items():
         if rank in seqs or info["status"] != "visible":
             continue
-        # Where the rank stood when the others failed, where its lines tell it by then; where it stood minutes
-        # later (an abort with async error handling comes a minute after the timeout) says nothing of that.
-        if (then := _seq_by(ctx, rank, reported_by)) is not None:
-            seqs[rank] = then
-            continue
-        if _seq_known_only_later(ctx, rank, reported_by):
+        told = _seq_reports(ctx, rank) if reported_by != float("inf") else []
+        if told:
+            # Where the rank stood when the others failed, where its lines tell it by then; where it stood minutes
+            # later (an abort with async error handling comes a minute after the timeout) says nothing of that.
+            then = [at for when, at in told if when <= reported_by + LATER_S]
+            if then:
+                seqs[rank] = max(then)
             continue
         # The furthest collective the rank reached: the last it enqueued, else the one after its last completed.
-        if (enqueued := info.get("last_seq_enqueued")) is not None:
-            seqs[rank] = enqueued
-        elif (completed := info.get("last_seq_completed")) is not None:
-            seqs[rank] = completed + 1
+        furthest = _furthest_seq(info.get("last_seq_enqueued"), info.get("last_seq_completed"))
+        if furthest is not None:
+            seqs[rank] = furthest
     if len(seqs) >= 2 and len(set(seqs.values())) > 1:
         low = min(seqs.values())
         return sorted(r for r, s in seqs.items() if s == low)
@@ -461,26 +461,16 @@ def _seq_reports(ctx: Context, rank: int) -> list[tuple[float, int]]:
     for e in ctx.by_rank.get(rank, []):
         if e["kind"] not in SEQ_REPORT_KINDS or (e["pg"] or "0") != "0":
             continue  # (the default process group's, as align folds them)
-        enqueued, completed = int_or_none(e["_f"].get("enqueued")), int_or_none(e["_f"].get("completed"))
-        at = enqueued if enqueued is not None else completed + 1 if completed is not None else e["seq"]
+        at = _furthest_seq(int_or_none(e["_f"].get("enqueued")), int_or_none(e["_f"].get("completed")))
+        at = at if at is not None else e["seq"]
         if at is not None:
             told.append((ctx.order(e)[0], at))
     return told
 
 
-def _seq_by(ctx: Context, rank: int, reported_by: float) -> int | None:
-    """The furthest SeqNum the rank's clocked lines tell by the failure's first reports (None: none tells it)."""
-    if reported_by == float("inf"):
-        return None
-    then = [at for when, at in _seq_reports(ctx, rank) if when <= reported_by + LATER_S]
-    return max(then) if then else None
-
-
-def _seq_known_only_later(ctx: Context, rank: int, reported_by: float) -> bool:
-    """Every line that tells the rank's SeqNum came later than the failure's first reports (by more than a
-    moment): it caught up after they had failed."""
-    told = _seq_reports(ctx, rank)
-    return reported_by != float("inf") and bool(told) and all(when > reported_by + LATER_S for when, _ in told)
+def _furthest_seq(enqueued: int | None, completed: int | None) -> int | None:
+    """The furthest collective a queue reached: the last it enqueued, else the one after its last completed."""
+    return enqueued if enqueued is not None else completed + 1 if completed is not None else None
 
 
 def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
