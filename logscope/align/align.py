@@ -302,7 +302,6 @@ class _Builder:
         ]
 
     def assign_attempts(self) -> None:
-        self.console_attempts()
         current: dict[tuple[int, int | None], int] = {}
         for row in self.rows:
             if row["attempt"] is not None:
@@ -625,6 +624,7 @@ class _Builder:
     def build(self) -> Aligned:
         self.resolve_ranks()
         self.nccl_process_ranks()
+        self.console_attempts()  # before the tee'd copies go: a worker's lines there mark the next attempt's start
         self.drop_tee_copies()
         self.assign_attempts()
         self.child_failures()

@@ -13,7 +13,8 @@ What makes a finding a consequence, in this order:
    among the ranks this one waited for, or this one names no culprit of its own; ranks that disagree on their
    configuration explain any collective mismatch between them, and a crash of those ranks (or of every rank, or of
    all the others);
-   a lost connection is explained by a failure of the rank(s) that went away;
+   a lost connection is explained by a failure of the rank(s) that went away; a rank that left cleanly (no error
+   line of its own) explains the different calls the ranks it left behind were stuck in;
 3. when both carry clocks, a failure that started later than another one's first line, on other ranks.
 """
 
@@ -88,6 +89,7 @@ def assign_roles(findings: list[Finding], rows: list[Event]) -> None:
     # peer's agent exited) is a symptom of whatever ended the run, not a world that never formed.
     formed = any(r["rank"] is not None and r["phase"] in ("sync", "train") and r["level"] != "error" for r in rows)
     world = {r["rank"] for r in rows if r["rank"] is not None}
+    erred = {r["rank"] for r in rows if r["rank"] is not None and r["level"] == "error"}
     for f in findings:
         f["role"] = (
             Role.CAUSE if failing(f) or (f["severity"] == Severity.WARNING and not f.get("survived")) else Role.CONTEXT
@@ -95,7 +97,9 @@ def assign_roles(findings: list[Finding], rows: list[Event]) -> None:
         f["caused_by"] = None
         f["onset"] = starts[id(f)]
     for f in failures:
-        explainer = _explainer(f, [g for g in failures if not headers_only[id(g)]], starts, remote_only, formed, world)
+        explainer = _explainer(
+            f, [g for g in failures if not headers_only[id(g)]], starts, remote_only, formed, world, erred
+        )
         if explainer is not None:
             f["role"] = Role.CONSEQUENCE
             f["caused_by"] = explainer["rule"]
@@ -108,6 +112,7 @@ def _explainer(
     remote_only: dict[int, bool],
     formed: bool,
     world: set[int],
+    erred: set[int],
 ) -> Finding | None:
     best: Finding | None = None
     for g in failures:
@@ -127,6 +132,15 @@ def _explainer(
             explains = True
         elif f["category"] == "comm_error" and g["category"] in ENDS_A_PROCESS and _went_away_failing(f, g):
             # The peer that went away had failed itself (timed out, crashed): that failure ended the connection.
+            explains = True
+        elif (
+            f["category"] in ("collective_mismatch", "missing_sync")
+            and g["category"] == "collective_mismatch"
+            and g["culprit_ranks"]
+            and not set(g["culprit_ranks"]) & (erred | set(f["culprit_ranks"]))
+        ):
+            # A rank that left its loop without an error of its own: the ranks it left behind wait in whichever
+            # collective each had reached, so the different calls they were in say nothing of their own.
             explains = True
         elif f["category"] == "collective_mismatch" and g["category"] == "config_disagreement":
             # Ranks that run with different settings call different collectives: the disagreement is the cause.

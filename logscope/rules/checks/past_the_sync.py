@@ -23,7 +23,13 @@ def past_the_sync(rule: Rule, ctx: Context, events: list[Event], params: dict[st
     if not ctx.by_kind.get("sync_start"):
         return None
     last = last_calls(ctx, events)
-    in_sync = {r for r, e in last.items() if call_name(e) in SYNC_APIS and not ctx.states[r].kinds & TRAINING_KINDS}
+    # A rank that trained, or printed that the sync was done, is in a later broadcast of its loop (rl_games
+    # broadcasts its stop flag every epoch), not in the initial sync.
+    in_sync = {
+        r
+        for r, e in last.items()
+        if call_name(e) in SYNC_APIS and not ctx.states[r].kinds & (TRAINING_KINDS | {"sync_done"})
+    }
     ahead = {r for r, e in last.items() if call_name(e) not in SYNC_APIS}
     if not in_sync or not ahead:
         return None

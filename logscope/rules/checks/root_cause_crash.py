@@ -154,7 +154,7 @@ def _worker_exit_is_own(ctx: Context, e: Event, victims: set[int | None], causes
     code, rank = e["exitcode"], e["rank"]
     if code is None or code == 0 or launcher_teardown(e):
         return False
-    if rank in victims:
+    if rank in victims and not _before_its_comm_failures(ctx, e):
         return False
     if code > 0 and _echoes_unranked_failure(ctx, rank, victims):
         # A plain exit status (an uncaught exception's 1) of a worker with no exception of its own, beside
@@ -162,6 +162,16 @@ def _worker_exit_is_own(ctx: Context, e: Event, victims: set[int | None], causes
         # worker's own lines): the echo of those, not a crash of its own.
         return False
     return not any(x["kind"] in SAYS_MORE_THAN_EXIT and x["rank"] == rank for x in causes)
+
+
+def _before_its_comm_failures(ctx: Context, e: Event) -> bool:
+    """A worker's exit in an elastic attempt before every communication failure of its rank: what a restarted
+    attempt's connection failed of did not end the attempt before it (a SIGKILL there is the first cause)."""
+    rank, attempt = e["rank"], e["attempt"]
+    if rank is None or attempt is None:
+        return False
+    attempts = [x["attempt"] for x in ctx.by_rank.get(rank, []) if x["kind"] in COMM_KINDS]
+    return bool(attempts) and all(a is not None and a > attempt for a in attempts)
 
 
 def _exception_is_own(ctx: Context, e: Event, victims: set[int | None]) -> bool:
