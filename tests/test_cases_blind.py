@@ -61,7 +61,9 @@ def test_source_yaml_is_complete(case: Path) -> None:
     assert source["expected_category"] in CATEGORIES
     culprits = source["expected_culprits"]
     assert culprits is None or (isinstance(culprits, list) and all(isinstance(r, int) for r in culprits))
-    assert (case / "console.log").read_text(encoding="utf-8").strip()
+    # The thread's text: console.log, or files named as the thread shows them ("rank0_stack.log").
+    texts = [p.read_text(encoding="utf-8") for p in sorted(case.iterdir()) if p.is_file() and p.name != "source.yaml"]
+    assert texts and all(t.strip() for t in texts)
 
 
 def test_sources_are_fresh() -> None:

@@ -39,6 +39,10 @@ def test_who_sent_the_sigterm(run: str, want: dict[int, str]) -> None:
         ("fixtures/blind_runs/r13c_spawn_early_return_rank3", 3, "leaving training loop"),
         # {"ts": ..., "rank": 2, ...}: a JSON-lines logger's rank field
         ("fixtures/blind_runs/r13c_torchrun_dtype_mismatch_rank3", 2, '"rank": 2'),
+        # a py-spy dump saved as "rank0_stack.log": the file's own name names its rank
+        ("fixtures/cases/r18a_fairseq_4816_32gpu_rank0_dataloader_queue_hang_pyspy", 0, "get (queue.py:170)"),
+        # node1's torchrun console ("failed (exitcode: -11) local_rank: 1") beside node1's log tree: global rank 3
+        ("fixtures/blind_runs/r18c_2agents_maxrestarts1_segv_rank3_restart_fails_ws4", 3, "exitcode: -11"),
     ],
 )
 def test_script_rank_tags(run: str, rank: int, needle: str) -> None:

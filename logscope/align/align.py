@@ -53,6 +53,8 @@ _RANK_TAG = regex.compile(
     r"(?:(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d{1,6})? )?(?:\[[^\[\]]{1,40}\] ?){0,3}"
     r"\[(?:RANK|Rank|rank)[ _]?(\d{1,5})(?:/\d{1,5})?\](?: |\[)"
 )
+# A file named for one rank ("rank0.log", "train_rank_3.txt", "rank2-stack.log").
+_NAMED_RANK = regex.compile(r"(?i)(?<![a-z0-9])rank[_-]?(\d{1,5})(?![0-9])")
 # A JSON-lines logger's record that carries the rank as a field of its own.
 _JSON_RANK = regex.compile(r'\{[^{}]{0,300}?"(?:rank|global_rank|RANK)": ?"?(\d{1,5})"?[,}]')
 # NCCL's record prefix ("node:2134736:2285781 [0] ...": host, pid, thread, device) and its proxy thread's own rank.
@@ -279,7 +281,17 @@ class _Builder:
             rank = int(m.group(1))  # a script's own tag on its message: "[RANK 0] epoch 0 step 5 loss 0.66"
         if rank is None and row["text"].startswith("{") and (m := _JSON_RANK.match(row["text"])):
             rank = int(m.group(1))  # a structured logger's record: {"ts": ..., "rank": 3, "msg": ...}
+        if rank is None and row["kind"] not in AGENT_KINDS:
+            rank = self._named_rank(row["sid"])  # a file of its own: "rank0.log", "rank0_stack.log"
         return rank
+
+    def _named_rank(self, sid: int) -> int | None:
+        """The rank a plain file's own name gives it (not its folder's: a folder may hold every rank's files)."""
+        source = self.sources[sid]
+        if source.role != "console" or source.local_rank is not None:
+            return None
+        m = _NAMED_RANK.search(source.path.rsplit("/", 1)[-1].rsplit("!", 1)[-1])
+        return int(m.group(1)) if m is not None else None
 
     # ------------------------------------------------------------------ duplicates, attempts, phases
     def drop_tee_copies(self) -> None:
@@ -536,13 +548,28 @@ class _Builder:
                 row["fields"] = json.dumps(row["_f"])
 
     def worker_failed_ranks(self) -> None:
-        """torchrun's `failed (exitcode: N) local_rank: L` names a local rank of the agent's own node."""
+        """torchrun's `failed (exitcode: N) local_rank: L` names a local rank of the agent's own node: the only
+        node, or the one log tree beside the console (a node's folder holding its console and its --log_dir)."""
         for row in self.rows:
             if row["kind"] == "worker_failed" and row["rank"] is None:
                 local = int_or_none(row["_f"].get("local_rank"))
-                if local is not None and self.single_node:
+                if local is None:
+                    continue
+                if self.single_node:
                     row["rank"] = self.file_rank.get((self.nodes()[0] if self.nodes() else None, local), local)
                     row["local_rank"] = local
+                elif (node := self._node_beside(row["sid"])) is not None and (node, local) in self.file_rank:
+                    row["rank"] = self.file_rank[(node, local)]
+                    row["local_rank"] = local
+
+    def _node_beside(self, sid: int) -> str | None:
+        """The one torchrun log tree under the folder that holds a console (None when there are none or several)."""
+        path = self.sources[sid].path
+        folder = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
+        if not folder:
+            return None
+        under = [n for n in self.nodes() if n.startswith(folder)]
+        return under[0] if len(under) == 1 else None
 
     # ------------------------------------------------------------------ facts
     def rank_table(self) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:

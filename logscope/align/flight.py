@@ -64,6 +64,9 @@ class Hang:
     without_dump: list[int]  # members that left no dump
     culprits: list[int]
     reason: str  # why the culprits are the culprits, in a sentence
+    # The culprits went on past it into a collective of another group that its waiting members never reached: they
+    # skipped it (a call on another group), rather than hung before it.
+    skipped: bool = False
 
     @property
     def states(self) -> dict[int, str]:
@@ -120,6 +123,7 @@ def match(
     report.without_dump = [r for r in members if r not in dumped]
     for pg in sorted(groups, key=lambda g: (g != "0", g)):
         _match_group(report, pg, descs.get(pg, ""), groups.get(pg) or sorted(dumped))
+    _follow_waits(report)
     signals = {r["rank"]: r.get("signal") for r in rank_rows}
     for rank in sorted(set(members) | dumped):
         report.log_view[rank] = {**_log_view(states.get(rank)), "signal": signals.get(rank)}
@@ -158,6 +162,32 @@ def _match_group(report: FlightReport, pg: str, desc: str, members: list[int]) -
         present = {r: entries[hung] for r, entries in by_rank.items() if hung in entries}
         never = sorted(r for r, entries in whole.items() if max(entries, default=0) < hung)
         report.hangs.append(_hang(pg, desc, hung, members, present, never, without, by_rank))
+
+
+def _follow_waits(report: FlightReport) -> None:
+    """The ranks that never issued the hung collective of one group because they were waiting in a collective of
+    another group: that group's hang is the first one, and its culprits, where they issued the first hang's
+    collective, went on past the one their peers wait in (they skipped it)."""
+    if len(report.hangs) < 2 or not report.hangs[0].never_issued:
+        return
+    first = report.hangs[0]
+    waiting = set(first.never_issued)
+    for hang in report.hangs[1:]:
+        if not hang.culprits or not waiting <= set(hang.entries) or set(hang.culprits) & waiting:
+            continue
+        if any(hang.entries[r].state == "completed" for r in waiting):
+            continue
+        hang.skipped = set(hang.culprits) <= set(first.entries)
+        went_on = (
+            f"; they went on to {op_name(first.entries[hang.culprits[0]])} SeqNum {first.seq}" if hang.skipped else ""
+        )
+        hang.reason += (
+            f"{went_on}, while rank(s) {', '.join(map(str, sorted(waiting)))} waited in it"
+            f" and so never issued SeqNum {first.seq} of group {first.pg}"
+        )
+        report.hangs.remove(hang)
+        report.hangs.insert(0, hang)
+        return
 
 
 def _hung_seq(by_rank: dict[int, dict[int, FlightEntry]]) -> int | None:

@@ -136,6 +136,9 @@ def exit_code(rows: list[Event], kinds: Counter[str], ranks: RankFacts) -> int |
     failed = bool(kinds["child_failure"]) or (
         not ended and any((r["exitcode"] or 0) != 0 for r in rows if r["kind"] == "worker_failed")
     )
+    # torchrun stopped by a signal ("Received 15 death signal, shutting down workers") before its workers finished
+    # exits with an error, whatever ranks said of their own loops.
+    failed = failed or (bool(kinds["agent_death_signal"]) and not kinds["worker_group_finished"])
     return 1 if failed else (0 if ended else None)
 
 

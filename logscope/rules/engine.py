@@ -428,12 +428,15 @@ def _device_named(ctx: Context, hit: Hit) -> list[int]:
 
 
 def _laggards(ctx: Context, hit: Hit) -> list[int]:
-    """The rank(s) with the lowest SeqNum among the timed-out / stuck ranks' reports."""
+    """The rank(s) with the lowest SeqNum among the timed-out / stuck ranks' reports; where clocks show that some
+    ranks timed out only well after the others, in agreement on the collective, the late ones."""
+    reported_by = min((ctx.order(e)[0] for e in hit.events), default=float("inf"))
+    if (late := _timed_out_late(ctx, hit, reported_by)) is not None:
+        return late
     seqs: dict[int, int] = {}
     for e in hit.events:
         if e["rank"] is not None and e["seq"] is not None and (e["pg"] or "0") == "0":
             seqs[e["rank"]] = max(seqs.get(e["rank"], -1), e["seq"])
-    reported_by = min((ctx.order(e)[0] for e in hit.events), default=float("inf"))
     for rank, info in ctx.ranks.items():
         if rank in seqs or info["status"] != "visible":
             continue
@@ -453,6 +456,27 @@ def _laggards(ctx: Context, hit: Hit) -> list[int]:
         low = min(seqs.values())
         return sorted(r for r, s in seqs.items() if s == low)
     return []
+
+
+def _timed_out_late(ctx: Context, hit: Hit, reported_by: float) -> list[int] | None:
+    """A collective's timer starts when the rank enqueues it: the ranks whose watchdogs fired first, on one SeqNum,
+    had entered it first and waited; a rank whose own timeout came well after theirs entered late (a straggler
+    that then ran on into later collectives). None when the clocks do not tell that apart."""
+    if reported_by == float("inf"):
+        return None
+    first: dict[int, float] = {}
+    first_seq: dict[int, int | None] = {}
+    for e in sorted(hit.events, key=ctx.order):
+        rank, when = e["rank"], ctx.order(e)[0]
+        if rank is None or when == float("inf") or rank in first or (e["pg"] or "0") != "0":
+            continue
+        first[rank], first_seq[rank] = when, e["seq"]
+    early = {r for r, when in first.items() if when <= reported_by + LATER_S}
+    late = sorted(set(first) - early)
+    seqs = {first_seq[r] for r in early}
+    if late and len(late) < len(early) and len(seqs) == 1 and None not in seqs:
+        return late
+    return None
 
 
 def _seq_reports(ctx: Context, rank: int) -> list[tuple[float, int]]:

@@ -42,13 +42,16 @@ def flight_recorder_hang(rule: Rule, ctx: Context, events: list[Event], params: 
     # among several ranks without a dump; least when the dumps name nobody.
     alone = hang.culprits == hang.members or (len(hang.without_dump) == 1 and hang.culprits == hang.without_dump)
     factor = 1.0 if hang.culprits and (hang.never_issued or alone) else 0.85 if hang.culprits else 0.6
-    return Hit(
+    hit = Hit(
         rows,
         set(hang.entries) | set(hang.never_issued),
         culprits=hang.culprits,
         values=values,
         confidence_factor=factor,
     )
+    if hang.skipped:
+        hit.category = "collective_mismatch"  # the ranks called different collectives: a hang is only its symptom
+    return hit
 
 
 def _without_dump_text(report: FlightReport, hang: Hang) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from logscope.align.state import participating
 from logscope.rules.api import COMM_FAMILY, Context, Hit, Rule, check
 from logscope.vocab import Event
 
@@ -20,16 +21,26 @@ def left_early(rule: Rule, ctx: Context, events: list[Event], params: dict[str, 
     """A rank finished cleanly while its peers were still in a collective (they time out, or lose the connection
     to it): it ran fewer collectives than they did. Its clean exit is the evidence; it needs no error line."""
     unlisted = _exited_before_teardown(ctx)
+    # A rank that printed nothing past the sync (rsl_rl's ranks other than 0) but whose peers trained on: gone
+    # before the teardown only where torchrun's stop list is in the logs and leaves it out.
+    joined = participating(ctx.states) if _final(ctx, "worker_sigterm_sent") else set()
     leavers = sorted(
         r
         for r, s in ctx.states.items()
         if s.status == "visible"
         and s.first_error is None
         and s.exit_code in (None, 0)
-        # Gone before the teardown, from inside its training loop (a log that stops at the sync left no loop).
-        and (s.ended or (r in unlisted and s.reached_train))
+        # Gone before the teardown, from inside its training loop (a log that stops at the sync left no loop, unless
+        # a peer's progress shows it trained on past its last line).
+        and (s.ended or (r in unlisted and (s.reached_train or r in joined)))
     )
     waiting = sorted(r for r, s in ctx.states.items() if s.first_error is not None and not s.ended and _waited(ctx, r))
+    waited = "were still in a collective and then failed waiting for it (timeout, or the connection to it closed)"
+    if not waiting and _stalled(ctx):
+        waited = "logged on no further, waiting in a collective until the job was stopped"
+        # Nothing failed and the job never finished: the peers of a rank that ended its loop wait in a collective
+        # it will not join until the job is stopped from outside (no timeout fired, or none was set).
+        waiting = sorted(r for r, s in ctx.states.items() if s.status == "visible" and not s.ended)
     own_fault = [
         s for s in ctx.states.values() if s.first_error is not None and s.first_error["kind"] in OWN_FAULT_KINDS
     ]
@@ -41,7 +52,23 @@ def left_early(rule: Rule, ctx: Context, events: list[Event], params: dict[str, 
         evidence,
         set(leavers) | set(waiting),
         culprits=leavers,
-        values={"leavers": leavers, "waiting": waiting, "last_line": evidence[0]["text"] if evidence else ""},
+        values={
+            "leavers": leavers,
+            "waiting": waiting,
+            "waited": waited,
+            "last_line": evidence[0]["text"] if evidence else "",
+        },
+    )
+
+
+def _stalled(ctx: Context) -> bool:
+    """No visible rank logged an error of its own or exited with a failure, and the logs do not prove the run
+    finished."""
+    proof = ctx.completion
+    return (
+        ctx.job.get("exit_code") != 0
+        and (proof is None or not proof.proven)
+        and not any(s.failed for s in ctx.states.values() if s.status == "visible")
     )
 
 
