@@ -17,7 +17,7 @@ import regex
 
 from logscope.align.job import job_facts
 from logscope.align.model import RANK_SCHEMA, Aligned
-from logscope.align.state import AGENT_KINDS, EARLY_PHASES, TEARDOWN_EXIT, build_states, completion
+from logscope.align.state import AGENT_KINDS, EARLY_PHASES, END_KINDS, TEARDOWN_EXIT, build_states, completion
 from logscope.events.catalogue import catalogue
 from logscope.events.extract import Extraction
 from logscope.events.table import events_frame
@@ -111,7 +111,7 @@ def _fold_progress(entry: dict[str, Any], row: Event, in_final: bool) -> None:
             entry["max_phase"] = max(entry["max_phase"], reached)
     if kind == "iteration" and row["iteration"] is not None and in_final:
         entry["last_iteration"] = max(entry["last_iteration"] or -1, row["iteration"])
-    if kind in ("training_time", "training_finished", "train_final", "final_checksum") and in_final:
+    if kind in END_KINDS and in_final:
         entry["ended"] = True
 
 
@@ -527,25 +527,27 @@ class _Builder:
         When that first exit is a SIGTERM the agent never sent, and the agent itself was not signalled, the worker
         was stopped from outside (kill, a scheduler): its own failure, not teardown. Its exit reports say so in
         `stopped_by`."""
-        sent: dict[int, set[str]] = defaultdict(set)
-        signalled = {row["sid"] for row in self.rows if row["kind"] == "agent_death_signal"}
+        agent: dict[str, list[Event]] = defaultdict(list)  # the agent's lines this reads, in one pass
         for row in self.rows:
-            if row["kind"] == "worker_sigterm_sent":
-                sent[row["sid"]].add(str(row["_f"].get("pid")))
+            if row["kind"] in ("agent_death_signal", "worker_sigterm_sent") or (
+                row["kind"] in ("child_failure", "worker_failed") and row["exitcode"] == TEARDOWN_EXIT
+            ):
+                agent[row["kind"]].append(row)
+        signalled = {row["sid"] for row in agent["agent_death_signal"]}
+        sent: dict[int, set[str]] = defaultdict(set)
+        for row in agent["worker_sigterm_sent"]:
+            sent[row["sid"]].add(str(row["_f"].get("pid")))
         outside = {
             (row["sid"], str(row["_f"]["pid"]))
-            for row in self.rows
-            if row["kind"] == "worker_failed"
-            and row["exitcode"] == TEARDOWN_EXIT
-            and row["_f"].get("pid") is not None
+            for row in agent["worker_failed"]
+            if row["_f"].get("pid") is not None
             and row["sid"] not in signalled
             and str(row["_f"]["pid"]) not in sent[row["sid"]]
         }
-        for row in self.rows:
-            if row["kind"] in ("child_failure", "worker_failed") and row["exitcode"] == TEARDOWN_EXIT:
-                stopped_from_outside = (row["sid"], str(row["_f"].get("pid"))) in outside
-                row["_f"]["stopped_by"] = "outside" if stopped_from_outside else "launcher"
-                row["fields"] = json.dumps(row["_f"])
+        for row in agent["child_failure"] + agent["worker_failed"]:
+            stopped_from_outside = (row["sid"], str(row["_f"].get("pid"))) in outside
+            row["_f"]["stopped_by"] = "outside" if stopped_from_outside else "launcher"
+            row["fields"] = json.dumps(row["_f"])
 
     def worker_failed_ranks(self) -> None:
         """torchrun's `failed (exitcode: N) local_rank: L` names a local rank of the agent's own node: the only

@@ -18,7 +18,7 @@ from jinja2 import Environment
 from rich.table import Table
 from rich.text import Text
 
-from logscope.align.state import AGENT_KINDS
+from logscope.align.state import AGENT_KINDS, END_KINDS
 from logscope.model import Analysis
 from logscope.report.templating import html_environment
 
@@ -278,7 +278,7 @@ def _check_scaling(
 def _trained(analysis: Analysis) -> tuple[bool, str]:
     kinds = analysis.events["kind"]
     iterations = int(kinds.is_in(["iteration", "progress_bar"]).sum())
-    finished = bool(kinds.is_in(["training_time", "training_finished", "train_final"]).any())
+    finished = bool(kinds.is_in(list(END_KINDS)).any())
     verdict = analysis.diagnosis["verdict"]["category"]
     evidence = f"{iterations} iteration lines, {'a' if finished else 'no'} training-time line, verdict {verdict}"
     return iterations > 0 and finished and verdict in ("healthy", "single_rank"), evidence

@@ -18,7 +18,7 @@ from typing import IO
 
 from logscope.errors import READ_ERRORS
 from logscope.events.extract import Extractor
-from logscope.ingest.normalise import nccl_process, normalise
+from logscope.ingest.normalise import Line, nccl_process, normalise
 from logscope.ingest.sources import Source
 from logscope.vocab import Event
 
@@ -63,6 +63,8 @@ _CLOCK = re.compile(r"(?<![\d.:])(?:\d{4}-\d\d-\d\d[ T])?\d{1,2}:\d\d:\d\d(?:[.,
 _CPP_SOURCE = re.compile(r"\.(?:cc|cpp|cu|h|hpp):\d+\]")
 # A template about tensors going into a collective: a difference there is a collective mismatch.
 _TENSOR = re.compile(r"(?i)tensor|torch\.Size|shape|numel|dtype|bucket")
+# A rank's first line for a facet: its values, and where it is (source id, line number, the normalised line).
+_Said = tuple[tuple[str, ...], int, int, Line]
 
 
 def _facets(text: str, label: int | None = None) -> tuple[int, list[tuple[str, tuple[str, ...], str]]] | None:
@@ -94,15 +96,13 @@ def _facets(text: str, label: int | None = None) -> tuple[int, list[tuple[str, t
     return (rank, [(template, values, text)]) if values else None
 
 
-def _pair_differs(
-    facet: str, rank: int, mine: tuple[tuple[str, ...], int, int, str], rank0: tuple[tuple[str, ...], int, int, str]
-) -> bool:
+def _pair_differs(facet: str, rank: int, mine: _Said, rank0: _Said) -> bool:
     """Whether a setting that rank `rank` and rank 0 alone print differs between them for another reason than the
     rank itself: on a line of settings (two or more) about one rank, not named for the rank, node or process, and
     not a value derived from the rank (a seed offset by it, a host named after it)."""
     if " | " not in facet or _OWN_KEY.search(facet.rsplit(" | ", 1)[1]):
         return False
-    text = normalise(mine[3]).text
+    text = mine[3].text
     if nccl_process(text) is not None:  # NCCL's own lines: its environment is LS405's, its timings vary
         return False
     if len(_SETTING.findall(text)) < 2 or len({m.group(1) for m in _RANK_IN_TEXT.finditer(text)}) > 1:
@@ -118,7 +118,7 @@ def _pair_differs(
 
 def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[], IO[bytes]]]) -> list[Event]:
     """Event rows (one per differing rank) for a rank whose values of a per-rank line differ from all its peers'."""
-    first: dict[str, dict[int, tuple[tuple[str, ...], int, int, str]]] = defaultdict(dict)
+    first: dict[str, dict[int, _Said]] = defaultdict(dict)
     about: dict[str, str] = {}
     # A rank's own file before a console: the console's tee copy of a line is dropped when the file has it.
     order = sorted(range(len(sources)), key=lambda sid: sources[sid].role == "console")
@@ -145,7 +145,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
             if line.grank is not None and line.grank != rank:
                 continue  # a line about another rank ("[rank0]: waiting for rank 3")
             for facet, values, what in said:
-                first[facet].setdefault(rank, (values, sid, n, raw))
+                first[facet].setdefault(rank, (values, sid, n, line))
                 about[facet] = what
     rows: list[Event] = []
     seen: set[int] = set()  # one event per rank: its first differing line says enough
@@ -167,12 +167,11 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
             rank = next(r for r, (v, *_) in per_rank.items() if v != common)
         if rank in seen:
             continue
-        _, sid, n, raw = per_rank[rank]
-        peer_raw = next(p for r, (v, _, _, p) in per_rank.items() if v == common)
-        line = normalise(raw)
+        _, sid, n, line = per_rank[rank]
+        peer = next(p for r, (v, _, _, p) in per_rank.items() if v == common)
         fields = {
             "differs": line.text.strip()[:200],
-            "peers_print": normalise(peer_raw).text.strip()[:200],
+            "peers_print": peer.text.strip()[:200],
             "about": about_what,
             "rank": rank,
         }

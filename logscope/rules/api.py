@@ -126,6 +126,17 @@ class Context:
         """The line belongs to the run's last attempt (a line with no attempt belongs to every attempt)."""
         return (e["attempt"] or 0) >= self.final_attempt
 
+    def restart_recovered(self, events: list[Event]) -> bool:
+        """These failure lines all belong to elastic attempts before the last, and the job exited 0 or its logs prove
+        the run finished: the restart recovered from them (reported, as a warning, never as healthy)."""
+        attempts = [e["attempt"] for e in events if e["attempt"] is not None]
+        proof = self.completion
+        return (
+            bool(attempts)
+            and max(attempts) < self.final_attempt
+            and (self.job.get("exit_code") == 0 or (proof is not None and proof.proven))
+        )
+
     def order(self, e: Event) -> tuple[float, int, int]:
         """Like `order_key`, but a line without a clock takes the clock of the line before it in its file (printed
         no earlier), or of the first one after it: in one file the order of lines is the order of printing."""

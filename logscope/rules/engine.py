@@ -721,15 +721,10 @@ def finding(rule: Rule, ctx: Context, hit: Hit, input_path: str) -> Finding:
     )
     values.update({k: _ranks_text(v) if isinstance(v, list) else v for k, v in hit.values.items()})
     severity = hit.severity or rule.severity
-    attempts = [e["attempt"] for e in hit.events if e["attempt"] is not None]
     proof = ctx.completion
     # An earlier attempt failed and the elastic restart recovered (the job exited 0, or its last attempt finished):
     # a failure that happened, reported as a warning, never as something the run survived.
-    recovered = (
-        bool(attempts)
-        and max(attempts) < ctx.final_attempt
-        and (ctx.job.get("exit_code") == 0 or (proof is not None and proof.proven))
-    )
+    recovered = ctx.restart_recovered(hit.events)
     if recovered and SEVERITY_ORDER[severity] > SEVERITY_ORDER["warning"]:
         severity = "warning"
     survived = False

@@ -58,7 +58,7 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[Event], params: dict
         return None
     best = _one_per_rank(causes)
     ranked = sorted(r for r in best if r is not None)
-    recovered = _recovered(ctx, causes)
+    recovered = ctx.restart_recovered(causes)
     culprits = _first_in_cause({r: best[r] for r in ranked}) if ranked else []
     if not ranked and (named := only_failed_worker(ctx)):
         # An own failure that names no rank (a pasted traceback) is the one rank its launcher reports failed.
@@ -75,8 +75,6 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[Event], params: dict
             "attempt": (best[culprits[0]]["attempt"] if culprits else None) or 0,
         },
     )
-    if recovered:
-        hit.severity = "warning"
     return hit
 
 
@@ -215,11 +213,6 @@ def _one_per_rank(causes: list[Event]) -> dict[int | None, Event]:
         if key not in best or CAUSE_PREFERENCE.get(e["kind"], 9) < CAUSE_PREFERENCE.get(best[key]["kind"], 9):
             best[key] = e
     return best
-
-
-def _recovered(ctx: Context, causes: list[Event]) -> bool:
-    """Every failure was in an earlier attempt and the job did not exit 1: the elastic restart recovered."""
-    return not any(ctx.in_final_attempt(e) for e in causes) and ctx.job.get("exit_code") != 1
 
 
 def _first_in_cause(best: dict[int, Event]) -> list[int]:
