@@ -17,7 +17,15 @@ import regex
 
 from logscope.align.job import job_facts
 from logscope.align.model import RANK_SCHEMA, Aligned
-from logscope.align.state import AGENT_KINDS, EARLY_PHASES, END_KINDS, TEARDOWN_EXIT, build_states, completion
+from logscope.align.state import (
+    AGENT_KINDS,
+    EARLY_PHASES,
+    END_KINDS,
+    FORCED_EXIT,
+    TEARDOWN_EXIT,
+    build_states,
+    completion,
+)
 from logscope.events.catalogue import catalogue
 from logscope.events.extract import Extraction
 from logscope.events.table import events_frame
@@ -528,11 +536,19 @@ class _Builder:
         was stopped from outside (kill, a scheduler): its own failure, not teardown. Its exit reports say so in
         `stopped_by`."""
         agent: dict[str, list[Event]] = defaultdict(list)  # the agent's lines this reads, in one pass
+        forced: list[Event] = []  # exits by the SIGKILL the agent sends a worker its SIGTERM did not stop
         for row in self.rows:
-            if row["kind"] in ("agent_death_signal", "worker_sigterm_sent") or (
+            if row["kind"] in ("agent_death_signal", "worker_sigterm_sent", "worker_force_killed") or (
                 row["kind"] in ("child_failure", "worker_failed") and row["exitcode"] == TEARDOWN_EXIT
             ):
                 agent[row["kind"]].append(row)
+            elif row["kind"] in ("child_failure", "worker_failed") and row["exitcode"] == FORCED_EXIT:
+                forced.append(row)
+        killed = {(row["sid"], str(row["_f"].get("pid"))) for row in agent["worker_force_killed"]}
+        for row in forced:
+            if (row["sid"], str(row["_f"].get("pid"))) in killed:
+                row["_f"]["stopped_by"] = "launcher"
+                row["fields"] = json.dumps(row["_f"])
         signalled = {row["sid"] for row in agent["agent_death_signal"]}
         sent: dict[int, set[str]] = defaultdict(set)
         for row in agent["worker_sigterm_sent"]:

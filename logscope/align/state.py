@@ -239,8 +239,12 @@ def _note_collective(state: RankState, row: Event) -> None:
 
 
 def torn_down(exit_code: int | None, stopped_by: str | None) -> bool:
-    """An exit by the SIGTERM the launcher sent at teardown (not one sent from outside the job)."""
-    return exit_code == TEARDOWN_EXIT and stopped_by != "outside"
+    """An exit by the SIGTERM the launcher sent at teardown (not one sent from outside the job), or by the SIGKILL it
+    sent a worker that did not stop on that SIGTERM ("Unable to shutdown process N via 15, forcefully exiting via
+    9")."""
+    return (exit_code == TEARDOWN_EXIT and stopped_by != "outside") or (
+        exit_code == FORCED_EXIT and stopped_by == "launcher"
+    )
 
 
 def launcher_teardown(e: Event) -> bool:
@@ -262,6 +266,7 @@ EARLY_PHASES = frozenset({Phase.LAUNCH, Phase.INIT, Phase.SYNC})
 # The exit code of a worker that died of SIGTERM: torchrun's teardown of the workers still running after a failure,
 # unless the worker's agent never sent it (align `outside_signals`: then it was stopped from outside, a failure).
 TEARDOWN_EXIT = -15
+FORCED_EXIT = -9  # SIGKILL: what torchrun sends a worker that did not stop on its SIGTERM
 # A peer that printed this many progress lines (or its end) took every rank of the job through its collectives.
 PROGRESS_PROOF = 2
 

@@ -48,6 +48,9 @@ _VARYING = re.compile(rf"{_VARYING_LEAD}(?:lr|{_VARYING_WORDS})(?![a-z])")
 # A setting's name: a learning rate given as a setting ("lr=0.05", "lr_schedule=constant") is the job's, the same
 # on every rank; only where a line prints it among progress numbers does it move.
 _VARYING_KEY = re.compile(rf"{_VARYING_LEAD}(?:{_VARYING_WORDS})(?![a-z])")
+# A quantity per device, GPU or node is the job's setting ("per_device_train_batch_size",
+# "train_micro_batch_size_per_gpu"), not the rank's device.
+_PER_UNIT = re.compile(r"(?i)_?per_(?:device|gpu|node)")
 # Settings named for what is the rank's own, not the job's: its identity, its place, its process.
 _OWN_KEY = re.compile(r"(?i)rank|member|group|world|\bid\b|_id|pid|host|node|name|restart")
 # `srun --label`'s task number before a line: the task is the rank.
@@ -85,7 +88,7 @@ def _facets(text: str, label: int | None = None) -> tuple[int, list[tuple[str, t
         return None
     template = " ".join(_NUMBER.sub("0", rest).split())
     found = _SETTING.findall(rest) or _SPACED_SETTING.findall(rest)
-    settings = [(k, v) for k, v in found if not _VARYING_KEY.search(k) and not _DYNAMIC_KEY.match(k)]
+    settings = [(k, v) for k, v in found if not _VARYING_KEY.search(_PER_UNIT.sub("", k)) and not _DYNAMIC_KEY.match(k)]
     if settings:
         # The same line on every rank whatever its settings' values, words included ("lr_schedule=constant").
         skeleton = " ".join(_NUMBER.sub("0", _SETTING.sub(r"\1=", rest)).split())

@@ -68,6 +68,9 @@ COMM_FAMILY = TAGGED("comm", "timeout")
 LEAD_FAMILY = TAGGED("comm", "timeout", "rendezvous")
 RENDEZVOUS_FAMILY = TAGGED("rendezvous")
 REMOTE_KINDS = TAGGED("remote", "teardown")
+# An exception whose own message says another rank caused it: Horovod shuts every rank down after one rank's
+# exception (or after a rank finished while the others still reduce).
+PEER_CAUSED = regex.compile(r"Horovod has been shut down\. This was caused by an exception on one of the ranks")
 CATEGORY_OF_TAG = (
     ("oom", "oom"),
     ("rendezvous", "rendezvous_failure"),

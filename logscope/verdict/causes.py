@@ -25,13 +25,14 @@ from typing import Any
 import regex
 
 from logscope.align.state import clock
-from logscope.rules.api import REMOTE_KINDS
+from logscope.rules.api import PEER_CAUSED, REMOTE_KINDS
 from logscope.vocab import SEVERITY_ORDER, Event, Evidence, Finding, Role, Severity
 
 # How NCCL, gloo and c10d word a failure that another process caused.
 _REMOTE_WORDING = regex.compile(
     r"remote process|RemoteError|[Cc]onnection (?:closed|reset) by (?:remote )?peer|socketProgress|"
-    r"[Bb]roken pipe|peer .{0,40}(?:closed|exited)|recvValue failed|sendBytes failed|failed to recv, got 0 bytes"
+    r"[Bb]roken pipe|peer .{0,40}(?:closed|exited)|recvValue failed|sendBytes failed|failed to recv, got 0 bytes|"
+    + PEER_CAUSED.pattern
 )
 # Categories whose findings are symptoms that another rank's failure produces.
 SYMPTOMS = frozenset({"collective_timeout", "comm_error", "stall", "crash"})

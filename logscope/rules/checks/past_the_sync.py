@@ -33,6 +33,10 @@ def past_the_sync(rule: Rule, ctx: Context, events: list[Event], params: dict[st
     ahead = {r for r, e in last.items() if call_name(e) not in SYNC_APIS}
     if not in_sync or not ahead:
         return None
+    # One rank that skips the sync leaves all the others in it; a sync only a few ranks are still in, while the many
+    # ahead of them printed it done, is one those few called again (or late): LS206 names them.
+    if len(ahead) > len(in_sync) and all("sync_done" in ctx.states[r].kinds for r in ahead):
+        return None
     calls = ", ".join(f"rank {r}: {call_name(e)}" for r, e in sorted(last.items()))
     return Hit(
         [last[r] for r in sorted(ahead)] + [last[r] for r in sorted(in_sync)] + ctx.by_kind["sync_start"][:2],

@@ -12,7 +12,7 @@ from typing import Any
 
 from logscope.align.state import launcher_teardown
 from logscope.events.catalogue import catalogue
-from logscope.rules.api import COMM_FAMILY, RENDEZVOUS_FAMILY, Context, Hit, Rule, check
+from logscope.rules.api import COMM_FAMILY, PEER_CAUSED, RENDEZVOUS_FAMILY, Context, Hit, Rule, check
 from logscope.rules.checks.failures import (
     COMM_KINDS,
     NOT_A_CAUSE_EXC,
@@ -176,7 +176,7 @@ def _exception_is_own(ctx: Context, e: Event, victims: set[int | None]) -> bool:
     """An exception (or torchrun's error.json) is the rank's own, unless it only reports a peer's doing, is a
     communication error raised as an exception, or says the world never formed."""
     kind, rank, f = e["kind"], e["rank"], e["_f"]
-    if str(f.get("exc_type") or "").endswith(NOT_A_CAUSE_EXC):
+    if str(f.get("exc_type") or "").endswith(NOT_A_CAUSE_EXC) or PEER_CAUSED.search(e["text"]):
         return False
     if kind == "python_exception" and message_kind(str(f.get("reason") or "")) in COMM_KINDS:
         return False  # e.g. "RuntimeError: NCCL error in: ...": a communication error raised as an exception
