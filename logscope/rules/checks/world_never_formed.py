@@ -13,6 +13,7 @@ from typing import Any
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.failures import nothing_failed_nor_finished
 from logscope.rules.checks.world import world_formed
+from logscope.values import int_or_none
 from logscope.vocab import PHASE_ORDER, Event
 
 
@@ -32,6 +33,11 @@ def world_never_formed(rule: Rule, ctx: Context, events: list[Event], params: di
         return None
     if world_formed(ctx) or any(e["seq"] is not None for e in ctx.rows):
         return None
+    barrier = ctx.by_kind.get("store_barrier_wait", [])
+    arrived = max((n for e in barrier if (n := int_or_none(e["_f"].get("worker_count"))) is not None), default=None)
+    if arrived is not None and arrived > len(started):
+        # More ranks reached the barrier than these logs show: which of the others are missing is not known.
+        missing = []
     last = [e for r in sorted(started) if (e := ctx.states[r].last_event) is not None]
     return Hit(
         last[:8],
