@@ -344,8 +344,11 @@ class _Builder:
                 by_file[row["sid"]].append(row)
         for rows in by_file.values():
             attempt, failing = 0, False
+            # torchrun stops the other workers ("Sending process N closing signal SIGTERM"), their last words come
+            # through, and then it reports the failure ("failed (exitcode: ...)"): that report ends the attempt.
+            ends = ("worker_failed",) if any(r["kind"] == "worker_failed" for r in rows) else ("worker_sigterm_sent",)
             for row in sorted(rows, key=lambda r: r["line"]):
-                if row["kind"] in ("worker_failed", "worker_sigterm_sent"):
+                if row["kind"] in ends:
                     failing = True
                 elif failing and row["kind"] not in AGENT_KINDS:
                     attempt, failing = min(attempt + 1, last), False

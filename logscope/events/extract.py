@@ -35,6 +35,8 @@ LATEST_TAIL = 64  # a block's last lines, where the latest line of a spent cappe
 # the chattiest ranks spend it and drop the later lines of all, so a rank would look as if it stopped early.
 STREAMS = 1 << 16
 _TEE_RUST = r"^\[[A-Za-z_][\w.-]*?(\d+)\]:"
+# How many following lines a reflowed message may run on for (the watchdog's timeout, pasted at 80 columns: 3).
+REFLOW_LINES = 3
 # What a new line looks like; a wrapped continuation does not (it starts mid-word or mid-number).
 _LINE_START = regex.compile(
     r"\s*(?:[\[(]|Traceback|File \"|\d{4}-\d\d-\d\d|[DIWEC]\d{4} |[\w.-]+:\d+:\d+ |frame #|Exception raised|"
@@ -537,11 +539,29 @@ class Extractor:
                 # a specific signature's joined line wins over a generic one (nccl_warn) matching the first half.
                 joined = text + normalise(str(texts[row + 1])).text
                 m = sig.pattern.search(joined)
+                if m is None:
+                    joined, m = self._reflowed(sig, text, texts, blocks, row)
                 if m is not None:
                     line.text = joined
             if m is not None:
                 self._emit(block, stream, line_no, sig, m, line, texts, blocks, row)
                 return
+
+    @staticmethod
+    def _reflowed(
+        sig: Signature, text: str, texts: pl.Series, blocks: pl.Series, row: int
+    ) -> tuple[str, regex.Match[str] | None]:
+        """A message a paste reflowed at word boundaries ("...timeout:" / "    WorkNCCL(SeqNum=27732, ..."): the
+        next few lines of the block, stripped, joined with single spaces."""
+        parts = [text.rstrip()]
+        for k in range(1, REFLOW_LINES + 1):
+            if row + k >= len(texts) or blocks[row + k] != blocks[row]:
+                break
+            parts.append(normalise(str(texts[row + k])).text.strip())
+            joined = " ".join(parts)
+            if (m := sig.pattern.search(joined)) is not None:
+                return joined, m
+        return text, None
 
     def _emit(
         self,

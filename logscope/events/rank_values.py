@@ -66,6 +66,9 @@ _CLOCK = re.compile(r"(?<![\d.:])(?:\d{4}-\d\d-\d\d[ T])?\d{1,2}:\d\d:\d\d(?:[.,
 _CPP_SOURCE = re.compile(r"\.(?:cc|cpp|cu|h|hpp):\d+\]")
 # A template about tensors going into a collective: a difference there is a collective mismatch.
 _TENSOR = re.compile(r"(?i)tensor|torch\.Size|shape|numel|dtype|bucket")
+# Two ranks' prints glued on one line when they wrote at once ("[rank 1] lr=0.001[rank 2] lr=0.01"): split before
+# a rank tag that does not start the line.
+_GLUED_TAG = re.compile(r"(?<=\S)(?=\[(?:rank|RANK|Rank) ?\d{1,5}\] )")
 # A rank's first line for a facet: its values, and where it is (source id, line number, the normalised line).
 _Said = tuple[tuple[str, ...], int, int, Line]
 
@@ -119,6 +122,27 @@ def _pair_differs(facet: str, rank: int, mine: _Said, rank0: _Said) -> bool:
         return True
 
 
+def _read_line(
+    raw: str,
+    n: int,
+    sid: int,
+    labelled: re.Match[str] | None,
+    first: dict[str, dict[int, _Said]],
+    about: dict[str, str],
+) -> None:
+    """Record the facets one rank's line says (its first line for each facet counts)."""
+    line = normalise(raw)
+    facets = _facets(line.text, int(labelled[1]) if labelled and line.prefixes[:1] == ("srun_label",) else None)
+    if facets is None:
+        return
+    rank, said = facets
+    if line.grank is not None and line.grank != rank:
+        return  # a line about another rank ("[rank0]: waiting for rank 3")
+    for facet, values, what in said:
+        first[facet].setdefault(rank, (values, sid, n, line))
+        about[facet] = what
+
+
 def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[], IO[bytes]]]) -> list[Event]:
     """Event rows (one per differing rank) for a rank whose values of a per-rank line differ from all its peers'."""
     first: dict[str, dict[int, _Said]] = defaultdict(dict)
@@ -134,22 +158,14 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
                 head = handle.read(HEAD_BYTES).decode("utf-8", errors="replace").splitlines()
         except READ_ERRORS:
             continue
-        for n, raw in enumerate(head, 1):
+        for n, whole in enumerate(head, 1):
             # Most lines name no rank: skip them before normalising (a colour code could split the word, so a
             # line with one is always normalised).
-            labelled = _SRUN_LABEL.match(raw)
-            if "\x1b" not in raw and "rank" not in raw.lower() and labelled is None:
+            labelled = _SRUN_LABEL.match(whole)
+            if "\x1b" not in whole and "rank" not in whole.lower() and labelled is None:
                 continue
-            line = normalise(raw)
-            facets = _facets(line.text, int(labelled[1]) if labelled and line.prefixes[:1] == ("srun_label",) else None)
-            if facets is None:
-                continue
-            rank, said = facets
-            if line.grank is not None and line.grank != rank:
-                continue  # a line about another rank ("[rank0]: waiting for rank 3")
-            for facet, values, what in said:
-                first[facet].setdefault(rank, (values, sid, n, line))
-                about[facet] = what
+            for raw in _GLUED_TAG.split(whole):
+                _read_line(raw, n, sid, labelled, first, about)
     rows: list[Event] = []
     seen: set[int] = set()  # one event per rank: its first differing line says enough
     for facet, per_rank in first.items():

@@ -42,7 +42,8 @@ _LEVEL_MMDD = re.compile(
 # TorchX's per-replica prefix: "trainer/0 [1]:" (role, replica, local rank).
 _TORCHX = re.compile(r"(?P<role>[A-Za-z_][\w-]*)/(?P<replica>\d+) \[(?P<lrank>\d+)\]:")
 # OpenMPI's --tag-output: "[1,12]<stdout>:" (job id, rank, stream).
-_MPI_TAG = re.compile(r"\[\d+,(?P<grank>\d+)\]<(?:stdout|stderr|stddiag)>: ?")
+# mpirun's "[job,rank]<stderr>:" and horovodrun's (gloo) "[rank]<stderr>:"
+_MPI_TAG = re.compile(r"\[(?:\d+,)?(?P<grank>\d+)\]<(?:stdout|stderr|stddiag)>: ?")
 # srun --label: "0: ..." (the srun task: a node's launcher when srun starts torchrun, so not taken as a rank).
 _SRUN_LABEL = re.compile(r"\d{1,5}: (?=\S)")
 # pdsh (DeepSpeed's multi-node launcher) and similar fan-out tools: "trainer-2: ...", "localhost: ...". Only a

@@ -116,9 +116,17 @@ def warned_before(ctx: Context, cause: Event, family: frozenset[str] = COMM_FAMI
     return max(warnings, key=lambda e: e["line"]) if warnings else None
 
 
+# What a gloo process's own SIGABRT leaves on record: its enforce's C++ exception and the terminate it ends in.
+GLOO_ABORT_KINDS = ("gloo_terminate", "gloo_size_mismatch", "terminate_called")
+
+
 def aborted_failures(ctx: Context) -> list[Event]:
     """The launcher's failure lines where every failed rank died of SIGABRT with no traceback (ProcessGroupNCCL's
     watchdog tearing them down); empty otherwise."""
+    if ctx.job.get("backend") == "gloo" and not any(ctx.by_kind.get(k) for k in GLOO_ABORT_KINDS):
+        # gloo has no watchdog that aborts a process: a SIGABRT there is its enforce's terminate (on record as
+        # "terminate called"), else the rank's own (or a signal sent to it).
+        return []
     failures = [
         e
         for k in ("child_failure", "worker_failed")

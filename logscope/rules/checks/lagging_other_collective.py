@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from logscope.align.flight import NEEDS_EVERY_RANK
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.vocab import Event
 
@@ -31,11 +32,22 @@ def lagging_other_collective(rule: Rule, ctx: Context, events: list[Event], para
         return None
     laggards = sorted(r for r in pending if seqs[r] == low)
     ahead = sorted(r for r in pending if seqs[r] != low)
+    # Most ranks agreeing on the collective they wait in, and fewer ahead of them: those few went past it without
+    # joining (they skipped it); one rank stuck behind peers that moved on is the laggard.
+    # (Only a collective that completes on no rank before every rank joined: a broadcast's root may go on first.)
+    skipped = len(laggards) > len(ahead) and len(low_ops) == 1 and str(next(iter(low_ops))).lower() in NEEDS_EVERY_RANK
+    reading = (
+        f"most ranks wait in it together, so rank(s) {', '.join(map(str, ahead))} went past it without joining"
+        if skipped
+        else "the laggard never finished an earlier collective"
+    )
     return Hit(
         sorted(pending.values(), key=lambda e: e["seq"] or 0),
         set(pending),
-        culprits=laggards,
+        culprits=ahead if skipped else laggards,
         values={
+            "laggards": laggards,
+            "reading": reading,
             "low_seq": low,
             "high_seq": high,
             "low_op": "/".join(sorted(low_ops)),
