@@ -4,7 +4,7 @@ versions, framework, NCCL environment, launcher and outcome."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from logscope.ingest.sources import Source
@@ -136,10 +136,15 @@ def exit_code(rows: list[Event], kinds: Counter[str], ranks: RankFacts) -> int |
     failed = bool(kinds["child_failure"]) or (
         not ended and any((r["exitcode"] or 0) != 0 for r in rows if r["kind"] == "worker_failed")
     )
-    # torchrun stopped by a signal ("Received 15 death signal, shutting down workers") before its workers finished
-    # exits with an error, whatever ranks said of their own loops.
-    failed = failed or (bool(kinds["agent_death_signal"]) and not kinds["worker_group_finished"])
+    # torchrun stopped by a signal before its workers finished exits with an error, whatever ranks said of their loops.
+    failed = failed or launcher_stopped(kinds)
     return 1 if failed else (0 if ended else None)
+
+
+def launcher_stopped(kinds: Collection[str]) -> bool:
+    """torchrun was stopped by a signal ("Received 15 death signal, shutting down workers") before its workers
+    finished."""
+    return "agent_death_signal" in kinds and "worker_group_finished" not in kinds
 
 
 def launched_by_torchrun(kinds: Counter[str]) -> bool:

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from logscope.align.job import launcher_stopped
 from logscope.events.catalogue import catalogue
 from logscope.values import int_or_none
 from logscope.vocab import PHASE_ORDER, Event, Phase, RankRow
@@ -341,9 +342,7 @@ def completion(states: dict[int, RankState], job: dict[str, Any], rows: list[Eve
     }
     if job.get("exit_code") == 0:
         return Completion(True, 0.95, "the job exited with status 0", ends[:4], joined, {})
-    if any(r["kind"] == "agent_death_signal" for r in rows) and not any(
-        r["kind"] == "worker_group_finished" for r in rows
-    ):
+    if launcher_stopped({r["kind"] for r in rows}):
         # torchrun was stopped from outside before its workers finished: ranks' end lines end their own loops only.
         return Completion(False, 0.0, "the launcher was stopped before its workers finished", [], joined, stopped)
     enders = [s for s in visible if s.ended]

@@ -88,9 +88,17 @@ def assign_roles(findings: list[Finding], rows: list[Event]) -> None:
     failures = [f for f in findings if failing(f)]
     # Once ranks trained, the world had formed: a rendezvous error then (an agent that lost the store when its
     # peer's agent exited) is a symptom of whatever ended the run, not a world that never formed.
-    formed = any(r["rank"] is not None and r["phase"] in ("sync", "train") and r["level"] != "error" for r in rows)
-    world = {r["rank"] for r in rows if r["rank"] is not None}
-    erred = {r["rank"] for r in rows if r["rank"] is not None and r["level"] == "error"}
+    formed = False
+    world: set[int] = set()
+    erred: set[int] = set()  # ranks with an error line of their own
+    for r in rows:  # one pass over the rows for the three facts
+        if r["rank"] is None:
+            continue
+        world.add(r["rank"])
+        if r["level"] == "error":
+            erred.add(r["rank"])
+        elif r["phase"] in ("sync", "train"):
+            formed = True
     for f in findings:
         f["role"] = (
             Role.CAUSE if failing(f) or (f["severity"] == Severity.WARNING and not f.get("survived")) else Role.CONTEXT
