@@ -126,7 +126,7 @@ def _fold_progress(entry: dict[str, Any], row: Event, in_final: bool) -> None:
 def _fold_collectives(entry: dict[str, Any], row: Event) -> None:
     """The last SeqNum the rank enqueued and completed on the default process group."""
     kind = row["kind"]
-    if kind in ("nccl_pg_status", "nccl_work_progress", "nccl_dump_signal") and (row["pg"] in (None, "0")):
+    if kind in ("nccl_pg_status", "nccl_dump_signal") and (row["pg"] in (None, "0")):
         enqueued = int_or_none(row["_f"].get("enqueued"))
         completed = int_or_none(row["_f"].get("completed"))
         if enqueued is not None and 0 <= enqueued < MAX_SANE_SEQ:

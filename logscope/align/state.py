@@ -49,7 +49,6 @@ COLLECTIVE_KINDS = frozenset(
         "nccl_watchdog_timeout",
         "nccl_blocking_wait_timeout",
         "nccl_pg_status",
-        "nccl_work_progress",
         "nccl_dump_signal",
         "collective_fingerprint",
     }

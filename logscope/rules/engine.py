@@ -358,7 +358,7 @@ CONDITIONS = {
 
 # ---------------------------------------------------------------------------------------------- culprits
 # Lines that tell where a rank's queue of collectives stood (align folds them into last_seq_enqueued/completed).
-SEQ_REPORT_KINDS = frozenset({"nccl_pg_status", "nccl_work_progress", "nccl_dump_signal", "collective_fingerprint"})
+SEQ_REPORT_KINDS = frozenset({"nccl_pg_status", "nccl_dump_signal", "collective_fingerprint"})
 # A SeqNum told this long after the failure's reports is not where the rank stood when they failed.
 LATER_S = 10.0
 

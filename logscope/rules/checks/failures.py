@@ -26,7 +26,6 @@ COMM_KINDS = {
     "nccl_comm_aborted",
     "nccl_error",
     "nccl_result",
-    "nccl_async_exception",
     "nccl_heartbeat_stuck",
     "nccl_watchdog_terminated",
     "gloo_timeout",
