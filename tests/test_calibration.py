@@ -12,7 +12,7 @@ from logscope.verdict.calibration import MEASURED, calibration_for
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIDENT = ROOT / "fixtures/real/runs/03_skip_allreduce_rank1_stall_gloo_timeout"
-GUESS = ROOT / "fixtures/cases/blind5_ddp_two_node_nccl_init_deadlock_rank0_only"
+GUESS = ROOT / "fixtures/cases/blind3_nccl_fsdp_example_hang_before_loop"
 
 
 def _band(confidence: float) -> dict[str, float]:

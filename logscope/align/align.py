@@ -22,6 +22,7 @@ from logscope.align.state import (
     EARLY_PHASES,
     END_KINDS,
     FORCED_EXIT,
+    PROGRESS_KINDS,
     TEARDOWN_EXIT,
     build_states,
     completion,
@@ -67,6 +68,8 @@ _NAMED_RANK = regex.compile(r"(?i)(?<![a-z0-9])rank[_-]?(\d{1,5})(?![0-9])")
 _JSON_RANK = regex.compile(r'\{[^{}]{0,300}?"(?:rank|global_rank|RANK)": ?"?(\d{1,5})"?[,}]')
 # NCCL's record prefix ("node:2134736:2285781 [0] ...": host, pid, thread, device) and its proxy thread's own rank.
 _PROXY_RANK = regex.compile(r"\[Proxy Service (\d+)\]")
+# The device in NCCL's record prefix ("host:pid:tid [2] NCCL INFO ..."): which end of a ring hop is the printer's.
+_NCCL_DEVICE = regex.compile(r"[\w.-]+:\d+:\d+ \[(\d+)\] ")
 # A source and, in a console with tee prefixes, the local rank a line is prefixed with.
 Stream = tuple[int, int | None]
 # How far after mp.spawn's "-- Process N terminated with the following error:" its child's traceback can reach.
@@ -180,6 +183,21 @@ def _settle(entry: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def _hop_end(row: Event) -> int | None:
+    """The rank of the process that printed a ring or channel hop ("2[2] -> 3[3] via P2P", "3 -> 4 [receive] via
+    NET"): each rank prints its own hops, the sending end of a send and the receiving end of a receive; within a
+    node, the end on the printer's device."""
+    f = row["_f"]
+    direction = f.get("direction")
+    if direction in ("send", "receive"):
+        return int_or_none(f.get("src_rank" if direction == "send" else "dst_rank"))
+    m = _NCCL_DEVICE.search(row["text"])
+    if m is None or f.get("src_dev") == f.get("dst_dev"):
+        return None
+    ends = [int_or_none(f.get(k + "_rank")) for k in ("src", "dst") if f.get(k + "_dev") == m[1]]
+    return ends[0] if len(ends) == 1 else None
+
+
 class _Builder:
     def __init__(self, extraction: Extraction, sources: list[Source], stats: list[SourceStats]) -> None:
         self.sources = sources
@@ -211,6 +229,7 @@ class _Builder:
         }
         # Per-rank files that produced no events still belong to a rank.
         self.file_rank = self._file_ranks(stream_rank, nodes)
+        self.console_rank = self._one_rank_consoles(votes)
         for row in self.rows:
             stream = self.stream_of(row)
             row["rank"] = self._row_rank(row, stream, stream_rank, nodes)
@@ -241,6 +260,18 @@ class _Builder:
                 if ws is not None:
                     world_votes[ws] += 1
         return votes, world_votes
+
+    def _one_rank_consoles(self, votes: dict[Stream, Counter[int]]) -> dict[Stream, int]:
+        """Consoles that each hold one process: as many untagged consoles as the world has ranks, each naming one
+        rank of its own (two nodes of one GPU each, a scheduler's file per task). Their untagged progress and end
+        lines are that rank's (rsl_rl's iterations on rank 0's node), which shows that its peers took part."""
+        consoles = {s: c for s, c in votes.items() if self.sources[s[0]].role == "console" and s[1] is None}
+        named = {s: set(c) for s, c in consoles.items() if c}
+        world = max((r for ranks in named.values() for r in ranks), default=-1) + 1
+        one_each = all(len(ranks) == 1 for ranks in named.values())
+        if len(named) < 2 or not one_each or len(named) != world or len(set().union(*named.values())) != world:
+            return {}
+        return {s: next(iter(ranks)) for s, ranks in named.items()}
 
     def _file_ranks(self, stream_rank: dict[Stream, int], nodes: list[str]) -> dict[tuple[str | None, int | None], int]:
         """The global rank of every per-rank file of a torchrun tree. Without identity lines: torchrun's rendezvous
@@ -291,6 +322,8 @@ class _Builder:
             rank = int(m.group(1))  # a structured logger's record: {"ts": ..., "rank": 3, "msg": ...}
         if rank is None and row["kind"] not in AGENT_KINDS:
             rank = self._named_rank(row["sid"])  # a file of its own: "rank0.log", "rank0_stack.log"
+        if rank is None and (row["kind"] in PROGRESS_KINDS or row["kind"] in END_KINDS):
+            rank = self.console_rank.get(stream)
         return rank
 
     def _named_rank(self, sid: int) -> int | None:
@@ -663,6 +696,8 @@ class _Builder:
             else:
                 if (p := _PROXY_RANK.search(row["text"])) is not None:
                     proxies[process].add(int(p[1]))
+                elif row["kind"] == "nccl_transport" and (own := _hop_end(row)) is not None:
+                    proxies[process].add(own)
                 unranked.append((process, row))
         for process, row in unranked:
             ranks = known.get(process) or proxies.get(process) or set()

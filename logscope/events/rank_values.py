@@ -28,6 +28,8 @@ MAX_SOURCES = 64
 MIN_RANKS = 3
 # "Rank 7", "rank: 3", "global_rank=2", "RANK 1/8" in the text; the first mention is the line's own rank.
 _RANK_IN_TEXT = re.compile(r"(?i)(?<![\w.])(?:global[_ ]?)?rank\s*[:=#]?\s*(\d{1,5})(?![\d.])")
+# "[local_rank 2]": on one node the local rank is the process's own (torchrun numbers a node's workers 0..N-1).
+_LOCAL_RANK_IN_TEXT = re.compile(r"(?i)(?<![\w.])local[_ ]rank\s*[:=#]?\s*(\d{1,5})(?![\d.])")
 _NUMBER = re.compile(r"[-+]?\d[\d.]*(?:[eE][-+]?\d+)?")
 # Lines about the loop's progress or a failure: their values differ by when the rank printed them.
 _DYNAMIC = re.compile(
@@ -64,8 +66,9 @@ _SPACED_SETTING = re.compile(r"(?<![\w.-])([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)
 _CLOCK = re.compile(r"(?<![\d.:])(?:\d{4}-\d\d-\d\d[ T])?\d{1,2}:\d\d:\d\d(?:[.,]\d+)?(?![\d:])|\d{4}-\d\d-\d\d")
 # A C++ logger's source location: "[/__w/.../gloo/transport/tcp/debug_logger.cc:9]", "ProcessGroupNCCL.cpp:612]".
 _CPP_SOURCE = re.compile(r"\.(?:cc|cpp|cu|h|hpp):\d+\]")
-# A template about tensors going into a collective: a difference there is a collective mismatch.
-_TENSOR = re.compile(r"(?i)tensor|torch\.Size|shape|numel|dtype|bucket")
+# A template about tensors going into a collective: a difference there is a collective mismatch. Whole words, so a
+# setting is not one: "DistributedType.MULTI_CPU, mixed_precision=bf16", "tensorboard_dir", "param_dtype".
+_TENSOR = re.compile(r"(?i)\btensors?\b|torch\.Size|shape|numel|\bdtype\b|bucket")
 # Two ranks' prints glued on one line when they wrote at once ("[rank 1] lr=0.001[rank 2] lr=0.01"): split before
 # a rank tag that does not start the line.
 _GLUED_TAG = re.compile(r"(?<=\S)(?=\[(?:rank|RANK|Rank) ?\d{1,5}\] )")
@@ -73,11 +76,16 @@ _GLUED_TAG = re.compile(r"(?<=\S)(?=\[(?:rank|RANK|Rank) ?\d{1,5}\] )")
 _Said = tuple[tuple[str, ...], int, int, Line]
 
 
-def _facets(text: str, label: int | None = None) -> tuple[int, list[tuple[str, tuple[str, ...], str]]] | None:
+def _facets(
+    text: str, label: int | None = None, one_node: bool = False
+) -> tuple[int, list[tuple[str, tuple[str, ...], str]]] | None:
     """The line's rank and what it says, as (facet, values, line) triples: one per "key=value" setting where the
     line has them (its other settings may be the rank's own), else the whole line's numbers. None for a line that
-    names no rank (in its text, or by the task label `srun --label` put before it) or says only what varies."""
+    names no rank (in its text, its local rank where the logs are one node's, or by the task label `srun --label`
+    put before it) or says only what varies."""
     m = _RANK_IN_TEXT.search(text)
+    if m is None and label is None and one_node:
+        m = _LOCAL_RANK_IN_TEXT.search(text)
     if m is not None:
         rank, rest = int(m.group(1)), text[: m.start(1)] + "R" + text[m.end(1) :]
     elif label is not None:
@@ -129,10 +137,12 @@ def _read_line(
     labelled: re.Match[str] | None,
     first: dict[str, dict[int, _Said]],
     about: dict[str, str],
+    one_node: bool,
 ) -> None:
     """Record the facets one rank's line says (its first line for each facet counts)."""
     line = normalise(raw)
-    facets = _facets(line.text, int(labelled[1]) if labelled and line.prefixes[:1] == ("srun_label",) else None)
+    label = int(labelled[1]) if labelled and line.prefixes[:1] == ("srun_label",) else None
+    facets = _facets(line.text, label, one_node)
     if facets is None:
         return
     rank, said = facets
@@ -149,6 +159,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
     about: dict[str, str] = {}
     # A rank's own file before a console: the console's tee copy of a line is dropped when the file has it.
     order = sorted(range(len(sources)), key=lambda sid: sources[sid].role == "console")
+    one_node = len({src.node for src in sources}) <= 1
     for sid in order[:MAX_SOURCES]:
         src = sources[sid]
         if src.path not in openers or src.role == "error_json":
@@ -165,7 +176,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
             if "\x1b" not in whole and "rank" not in whole.lower() and labelled is None:
                 continue
             for raw in _GLUED_TAG.split(whole):
-                _read_line(raw, n, sid, labelled, first, about)
+                _read_line(raw, n, sid, labelled, first, about, one_node)
     rows: list[Event] = []
     seen: set[int] = set()  # one event per rank: its first differing line says enough
     for facet, per_rank in first.items():

@@ -13,6 +13,10 @@ from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.world import world_formed
 from logscope.vocab import Event
 
+# A rank's store wait that ran out after it joined (the store answered it), and a rank's attempt to reach a store
+# that never answered it.
+JOINED_AND_WAITED = frozenset({"store_clients_timeout", "store_timeout", "store_barrier_timeout"})
+COULD_NOT_CONNECT = frozenset({"store_connect_timeout", "rdzv_connection_error"})
 # A wait that ran out, as opposed to the store's host going away ("Failed to recv, got 0 bytes": LS604).
 WAIT_RAN_OUT = regex.compile(r"Socket Timeout|wait timeout after|DistStoreError: .{0,80}[Tt]imeout")
 
@@ -37,9 +41,14 @@ def running_store_waits(ctx: Context, events: list[Event]) -> list[Event]:
 
 @check("rendezvous_failed")
 def rendezvous_failed(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
-    """Rendezvous or store failures, but for the store waits of a formed world (LS106's)."""
+    """Rendezvous or store failures, but for the store waits of a formed world (LS106's). Where some ranks joined the
+    store and waited for the rest while others could not connect to it (another address or port), the ones that
+    could not connect are the culprits."""
     running = {id(e) for e in running_store_waits(ctx, events)}
     failures = [e for e in events if id(e) not in running]
     if not failures:
         return None
-    return Hit(failures, {e["rank"] for e in failures if e["rank"] is not None})
+    waited = {e["rank"] for e in failures if e["kind"] in JOINED_AND_WAITED and e["rank"] is not None}
+    unreached = {e["rank"] for e in failures if e["kind"] in COULD_NOT_CONNECT and e["rank"] is not None} - waited
+    culprits = sorted(unreached) if waited and unreached else None
+    return Hit(failures, {e["rank"] for e in failures if e["rank"] is not None}, culprits=culprits)

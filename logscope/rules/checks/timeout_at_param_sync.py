@@ -1,36 +1,66 @@
 """The check `timeout_at_param_sync`, behind LS306 (rules/LS306_timeout_at_param_sync.yaml): a rank's first collective
-after the framework's parameter-sync line timed out, and a rank of the world never printed that line: it never
-reached the sync, and the others waited for it there."""
+after the framework's parameter-sync line timed out, and a rank of the world never printed that line (it never
+reached the sync), or printed it and neither timed out nor failed (it was late to the sync's collective): the others
+waited for it there."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from logscope.align.state import PROGRESS_KINDS
+from logscope.align.state import PROGRESS_KINDS, launcher_teardown
 from logscope.rules.api import Context, Hit, Rule, check
+from logscope.rules.checks.collectives import call_name, last_calls
+from logscope.rules.checks.past_the_sync import SYNC_APIS
 from logscope.vocab import Event, Phase
 
 
 @check("timeout_at_param_sync")
 def timeout_at_param_sync(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Timeouts on ranks whose last line before them is their sync line (nothing of training in between), and the
-    ranks of the world with no sync line: those never reached the sync."""
+    ranks of the world with no sync line: those never reached the sync. Where every rank printed it, the ranks that
+    neither timed out nor failed of their own were not yet in the sync's collective (a slow checkpoint load or
+    environment reset between the line and the call)."""
     synced = {e["rank"]: e for e in ctx.by_kind.get("sync_start", []) if e["rank"] is not None}
     world = ctx.job.get("world_size")
     if not synced or not isinstance(world, int) or world < 2:
         return None
     waiting = [e for e in events if e["rank"] in synced and _timed_out_in_the_sync(ctx, e, synced[e["rank"]])]
+    if not waiting:
+        return None
+    waiting_ranks = {rank for e in waiting if (rank := e["rank"]) is not None}  # all of them: each is in `synced`
     absent = sorted(set(range(world)) - set(synced))
-    if not waiting or not absent:
+    late = []
+    if not absent and _in_a_broadcast(ctx, waiting):
+        late = sorted(r for r in set(synced) - waiting_ranks if r in range(world) and not _failed(ctx, r))
+    if not absent and not late:
         return None
     first = synced[min(synced)]
-    waiting_ranks = {rank for e in waiting if (rank := e["rank"]) is not None}  # all of them: each is in `synced`
-    return Hit(
-        [*waiting, first],
-        waiting_ranks,
-        culprits=absent,
-        values={"sync_line": first["text"], "waiting": sorted(waiting_ranks), "absent": absent},
+    said = (
+        f"rank(s) {', '.join(map(str, absent))} never printed theirs: they did not reach the parameter sync"
+        if absent
+        else f"rank(s) {', '.join(map(str, late))} printed it but neither timed out nor failed: they were not yet in "
+        "the sync's collective"
     )
+    values = {"sync_line": first["text"], "waiting": sorted(waiting_ranks), "absent": absent or late, "late": said}
+    return Hit([*waiting, first], waiting_ranks, culprits=absent or late, values=values)
+
+
+def _in_a_broadcast(ctx: Context, waiting: list[Event]) -> bool:
+    """The ranks timed out in the sync's own broadcast, as their timeout (NCCL's OpType) or traceback (the
+    torch.distributed call) says: a rank that printed the sync line and hangs later, before any training line of its
+    own (RL libraries print those on rank 0 only), leaves its peers in a gradient all_reduce instead."""
+    calls = last_calls(ctx, ctx.by_kind.get("c10d_call", []))
+    ops = []
+    for e in waiting:
+        op = str(e["_f"].get("op") or "").lower()
+        call = calls.get(e["rank"]) if e["rank"] is not None else None
+        ops.append(op if op else (call_name(call) or "") if call is not None else "")
+    return any(ops) and all(op in SYNC_APIS for op in ops if op)
+
+
+def _failed(ctx: Context, rank: int) -> bool:
+    """A line of the rank's own that says it failed (the launcher stopping it at teardown is not one)."""
+    return any(r["level"] == "error" and not launcher_teardown(r) for r in ctx.by_rank.get(rank, []))
 
 
 def _timed_out_in_the_sync(ctx: Context, timeout: Event, sync: Event) -> bool:
