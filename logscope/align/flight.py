@@ -15,6 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import regex
+
 from logscope.align.state import RankState
 from logscope.ingest.flight_recorder import DumpFile, FlightDump, FlightEntry, read_dumps
 from logscope.vocab import RankRow
@@ -48,6 +50,10 @@ def numel(sizes: list[Any]) -> int | None:
             count *= d
         total += count
     return total
+
+
+# A point-to-point op's profiling name: "nccl:send 2->0" (rank 2 sends to 0), "nccl:recv 3<-2" (3 receives from 2).
+_P2P = regex.compile(r"\b(?P<kind>send|recv) (?P<a>\d+)(?:->|<-)(?P<b>\d+)")
 
 
 @dataclass
@@ -84,11 +90,22 @@ class Mismatch:
 
 
 @dataclass
+class PeerMismatch:
+    """Point-to-point ops still pending in the dumps whose other end no peer posted: a send no rank receives, a
+    receive no rank sends to. The culprit is the rank every unmatched op involves (it sent to, or received from,
+    the wrong peer)."""
+
+    unmatched: list[tuple[int, FlightEntry]]  # (rank whose dump holds it, the pending send or recv)
+    culprits: list[int]
+
+
+@dataclass
 class FlightReport:
     dumps: list[FlightDump]
     members: list[int]  # the default group's ranks (else every rank any group names)
     hangs: list[Hang] = field(default_factory=list)
     mismatches: list[Mismatch] = field(default_factory=list)
+    peer_mismatch: PeerMismatch | None = None
     without_dump: list[int] = field(default_factory=list)
     joined_up_to: dict[int, int] = field(default_factory=dict)  # rank without dump -> last SeqNum its peers prove
     log_view: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> what its logs say
@@ -124,6 +141,7 @@ def match(
     for pg in sorted(groups, key=lambda g: (g != "0", g)):
         _match_group(report, pg, descs.get(pg, ""), groups.get(pg) or sorted(dumped))
     _follow_waits(report)
+    report.peer_mismatch = _peer_mismatch(report.dumps)
     signals = {r["rank"]: r.get("signal") for r in rank_rows}
     for rank in sorted(set(members) | dumped):
         report.log_view[rank] = {**_log_view(states.get(rank)), "signal": signals.get(rank)}
@@ -162,6 +180,35 @@ def _match_group(report: FlightReport, pg: str, desc: str, members: list[int]) -
         present = {r: entries[hung] for r, entries in by_rank.items() if hung in entries}
         never = sorted(r for r, entries in whole.items() if max(entries, default=0) < hung)
         report.hangs.append(_hang(pg, desc, hung, members, present, never, without, by_rank))
+
+
+def _peer_mismatch(dumps: list[FlightDump]) -> PeerMismatch | None:
+    """Pending sends and receives (profiling names "nccl:send 2->0", "nccl:recv 3<-2") whose other end is not
+    pending on the peer's dump. They pair in order per (sender, receiver): the k-th send of a to b with b's k-th
+    receive from a, so the ends are counted (the ops of a batch_isend_irecv stay "scheduled" in the dumps after
+    their coalesced entry completes). Only ops whose peer left a dump count: the others' ends are unknown."""
+    dumped = {d.rank for d in dumps}
+    ends: dict[tuple[int, int], dict[str, list[tuple[int, FlightEntry]]]] = {}
+    for d in dumps:
+        for e in d.entries:
+            if not e.is_p2p or e.state == "completed" or (m := _P2P.search(e.op)) is None:
+                continue
+            a, b = int(m["a"]), int(m["b"])
+            pair = (a, b) if m["kind"] == "send" else (b, a)  # (sender, receiver)
+            if set(pair) <= dumped:
+                ends.setdefault(pair, {"send": [], "recv": []})[m["kind"]].append((d.rank, e))
+    unmatched: list[tuple[int, FlightEntry]] = []
+    involved: list[set[int]] = []
+    for pair, sides in sorted(ends.items()):
+        sends, recvs = sides["send"], sides["recv"]
+        if len(sends) != len(recvs):
+            surplus = sends if len(sends) > len(recvs) else recvs
+            unmatched.append(surplus[-1])
+            involved.append(set(pair))
+    if not unmatched:
+        return None
+    common = set.intersection(*involved)
+    return PeerMismatch(unmatched, sorted(common) if len(common) == 1 else [])
 
 
 def _follow_waits(report: FlightReport) -> None:

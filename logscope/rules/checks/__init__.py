@@ -25,6 +25,7 @@ from logscope.rules.checks import (  # noqa: F401  (each module registers its ch
     duplicate_gpu,
     duplicate_rank_claims,
     exception_joining_world,
+    flight_peer_mismatch,
     flight_recorder_hang,
     flight_recorder_mismatch,
     flight_skipped_sync,

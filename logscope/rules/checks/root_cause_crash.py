@@ -90,6 +90,8 @@ def _own_failures(ctx: Context, events: list[Event]) -> list[Event]:
             continue
         if kind in WORKER_EXIT_KINDS:
             own = _worker_exit_is_own(ctx, e, victims, causes)
+        elif kind == "exit_report":
+            own = _bare_exit(ctx, e, victims)
         elif kind in ("python_exception", "error_file"):
             own = _exception_is_own(ctx, e, victims)
         elif kind == "fatal_python_error":
@@ -101,6 +103,16 @@ def _own_failures(ctx: Context, events: list[Event]) -> list[Event]:
         if own:
             causes.append(e)
     return causes
+
+
+def _bare_exit(ctx: Context, e: Event, victims: set[int | None]) -> bool:
+    """Another launcher's report that a rank exited non-zero (mpirun's "first process to do so", composer's "Rank 2
+    crashed with exit code -6") is that rank's own failure where nothing of its own says why: a rank with an error
+    line of its own (a store it could not reach, an exception) failed of what that line says."""
+    rank = e["rank"]
+    if rank is None or rank in victims or not e["exitcode"]:
+        return False
+    return not any(x["level"] == "error" and x["kind"] != "exit_report" for x in ctx.by_rank.get(rank, []))
 
 
 def _watchdog_took_it_down(ctx: Context, e: Event) -> bool:
