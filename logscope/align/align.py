@@ -267,7 +267,8 @@ class _Builder:
         lines are that rank's (rsl_rl's iterations on rank 0's node), which shows that its peers took part."""
         consoles = {s: c for s, c in votes.items() if self.sources[s[0]].role == "console" and s[1] is None}
         named = {s: set(c) for s, c in consoles.items() if c}
-        world = max((r for ranks in named.values() for r in ranks), default=-1) + 1
+        declared = self.world_votes.most_common(1)[0][0] if self.world_votes else None
+        world = declared or max((r for ranks in named.values() for r in ranks), default=-1) + 1
         one_each = all(len(ranks) == 1 for ranks in named.values())
         if len(named) < 2 or not one_each or len(named) != world or len(set().union(*named.values())) != world:
             return {}
