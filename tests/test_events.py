@@ -188,6 +188,26 @@ def test_normalise_strips_the_asctime_levelname_name_logger_format() -> None:
     )
 
 
+def test_normalise_reads_mpirun_timestamp_output_before_its_rank_tag() -> None:
+    # `mpirun --timestamp-output` puts ctime() before its tag (fixtures/cases/r22a_paddle4235_..., console.log:1).
+    line = normalise(
+        "Wed Sep 20 23:55:19 2017[1,68]<stderr>:terminate called after throwing an instance of 'std::system_error'"
+    )
+    assert (line.text, line.grank, line.ts_text) == (
+        "terminate called after throwing an instance of 'std::system_error'",
+        68,
+        "2017-09-20 23:55:19",
+    )
+
+
+def test_a_script_rank_word_opening_a_logged_message_names_the_rank() -> None:
+    # "2026-12-05 21:22:54 INFO rank4: step 2 ..." (mp.spawn, no tee prefix): every rank's lines are its own
+    # (fixtures/blind_runs/r22c_spawn_info_metrics_lock_reentry_rank4_ws5).
+    events = analysed("fixtures/blind_runs/r22c_spawn_info_metrics_lock_reentry_rank4_ws5").events
+    rows = [r for r in events.to_dicts() if r["kind"] == "config_values" and "process group ready" in r["text"]]
+    assert sorted(r["rank"] for r in rows) == [0, 1, 2, 3, 4]
+
+
 def test_a_setting_ends_where_a_glued_rank_tag_starts() -> None:
     # Two ranks' prints glued on one line by interleaved stdout (fixtures/blind_runs/r15e_healthy_accel):
     # "[rank 2] seed=1234[rank 1] seed=1234" is rank 2's seed 1234, not "1234[rank".

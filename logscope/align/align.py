@@ -60,7 +60,10 @@ NAMES_RANK = {s.kind: s.names_rank for s in catalogue().signatures if s.names_ra
 # bare clock: "16:21:51 [rank0] training loop finished".
 _RANK_TAG = regex.compile(
     r"(?:(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d{1,6})? )?(?:\[[^\[\]]{1,40}\] ?){0,3}"
-    r"\[(?:RANK|Rank|rank)[ _]?(\d{1,5})(?:/\d{1,5})?\](?: |\[)"
+    r"(?:\[(?:RANK|Rank|rank)[ _]?(?P<rank>\d{1,5})(?:/\d{1,5})?\](?: |\[)"
+    # The script's own "rank4: " opening its message, after the logger's prefix ("2026-12-05 21:22:54 INFO rank4:
+    # step 2 loss 2.28", the stamp and level read off by normalise).
+    r"|(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )?(?:RANK|Rank|rank)[ _]?(?P<rank>\d{1,5}): )"
 )
 # A file named for one rank ("rank0.log", "train_rank_3.txt", "rank2-stack.log").
 _NAMED_RANK = regex.compile(r"(?i)(?<![a-z0-9])rank[_-]?(\d{1,5})(?![0-9])")
@@ -247,7 +250,7 @@ class _Builder:
             elif (m := _RANK_TAG.match(row["text"])) is not None:
                 # The script's own tag on its message: with c10d rendezvous torchrun gives a node's workers
                 # whichever global ranks the rendezvous hands it, not node index x local ranks.
-                votes[stream][int(m.group(1))] += 1
+                votes[stream][int(m["rank"])] += 1
             f = row["_f"]
             if row["kind"] in IDENTITY_KINDS:
                 rank = int_or_none(f.get("rank"))
@@ -318,7 +321,7 @@ class _Builder:
         if rank is None and (m := _DEFAULT_PG_PREFIX.search(row["text"])):
             rank = int(m.group(1))  # e.g. a "what():  [PG ID 0 ... Rank 2] ..." abort line, no [rankN]: prefix
         if rank is None and (m := _RANK_TAG.match(row["text"])):
-            rank = int(m.group(1))  # a script's own tag on its message: "[RANK 0] epoch 0 step 5 loss 0.66"
+            rank = int(m["rank"])  # a script's own tag on its message: "[RANK 0] epoch 0 step 5 loss 0.66"
         if rank is None and row["text"].startswith("{") and (m := _JSON_RANK.match(row["text"])):
             rank = int(m.group(1))  # a structured logger's record: {"ts": ..., "rank": 3, "msg": ...}
         if rank is None and row["kind"] not in AGENT_KINDS:
@@ -368,8 +371,13 @@ class _Builder:
 
     def console_attempts(self) -> None:
         """In a launcher's console of a run that restarted (the tree has attempt_1/...), the lines after a worker's
-        failure belong to the next attempt: torchrun prints no restart line, its workers just start again."""
+        failure belong to the next attempt: torchrun prints no restart line, its workers just start again. Without
+        a tree (a console alone), a restart shows as workers printing their start-up lines again after torchrun's
+        report of a failed worker: from those on, the next attempt."""
         last = max((s.attempt or 0 for s in self.sources), default=0)
+        if last == 0 and not any(s.attempt is not None for s in self.sources):
+            self._console_restarts()
+            return
         if last == 0:
             return
         by_file: dict[int, list[Event]] = defaultdict(list)
@@ -388,6 +396,26 @@ class _Builder:
                     attempt, failing = min(attempt + 1, last), False
                 if row["attempt"] is None:
                     row["attempt"] = attempt
+
+    def _console_restarts(self) -> None:
+        by_file: dict[int, list[Event]] = defaultdict(list)
+        for row in self.rows:
+            if self.sources[row["sid"]].role == "console":
+                by_file[row["sid"]].append(row)
+        for rows in by_file.values():
+            if not any(r["kind"] == "worker_failed" for r in rows):
+                continue
+            attempt, failing, restarts = 0, False, []
+            for row in sorted(rows, key=lambda r: r["line"]):
+                if row["kind"] == "worker_failed":
+                    failing = True
+                elif failing and row["kind"] not in AGENT_KINDS and row["phase"] in EARLY_PHASES:
+                    attempt, failing = attempt + 1, False
+                restarts.append((row, attempt))
+            if attempt:
+                for row, n in restarts:
+                    if row["attempt"] is None:
+                        row["attempt"] = n
 
     def order(self) -> None:
         role_order = {"stdout": 0, "console": 1, "stderr": 2, "error_json": 3}

@@ -184,29 +184,51 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
         if len(per_rank) == 2 and about_what == "setting" and 0 in per_rank:
             # Two ranks and no majority: the one that is not rank 0 (whose parameters and config the others take)
             # differs from it (rule LS409).
-            (rank,) = set(per_rank) - {0}
-            if not _pair_differs(facet, rank, per_rank[rank], per_rank[0]):
+            (other,) = set(per_rank) - {0}
+            if not _pair_differs(facet, other, per_rank[other], per_rank[0]):
                 continue
-            common, about_what = per_rank[0][0], "pair_setting"
+            common, about_what, odd = per_rank[0][0], "pair_setting", [other]
         elif len(per_rank) < MIN_RANKS:
             continue
         else:
             common, count = Counter(v for v, *_ in per_rank.values()).most_common(1)[0]
-            if count != len(per_rank) - 1:
+            if count == len(per_rank) - 1:
+                odd = [next(r for r, (v, *_) in per_rank.items() if v != common)]
+            elif about_what == "setting" and (by_node := _node_split(per_rank, sources)):
+                common, odd = by_node
+            else:
                 continue
-            rank = next(r for r, (v, *_) in per_rank.items() if v != common)
-        if rank in seen:
-            continue
-        _, sid, n, line = per_rank[rank]
-        peer = next(p for r, (v, _, _, p) in per_rank.items() if v == common)
-        fields = {
-            "differs": line.text.strip()[:200],
-            "peers_print": peer.text.strip()[:200],
-            "about": about_what,
-            "rank": rank,
-        }
-        row = Extractor._row(sid, sources[sid], n, KIND, "warning", None, line, fields)
-        row["grank"] = rank
-        rows.append(row)
-        seen.add(rank)
+        for rank in odd:
+            if rank in seen:
+                continue
+            _, sid, n, line = per_rank[rank]
+            peer = next(p for r, (v, _, _, p) in per_rank.items() if v == common)
+            fields = {
+                "differs": line.text.strip()[:200],
+                "peers_print": peer.text.strip()[:200],
+                "about": about_what,
+                "rank": rank,
+            }
+            row = Extractor._row(sid, sources[sid], n, KIND, "warning", None, line, fields)
+            row["grank"] = rank
+            rows.append(row)
+            seen.add(rank)
     return rows
+
+
+def _node_split(per_rank: dict[int, _Said], sources: list[Source]) -> tuple[tuple[str, ...], list[int]] | None:
+    """A setting whose two values split the ranks by node (a stale config or environment on one node): rank 0's
+    value and the ranks of the nodes that printed the other one. None unless every rank's line comes from a known
+    node, there are two values, and no node printed both."""
+    node_of = {rank: sources[said[1]].node for rank, said in per_rank.items()}
+    values = {said[0] for said in per_rank.values()}
+    if 0 not in per_rank or len(values) != 2 or None in node_of.values():
+        return None
+    nodes_by_value: dict[tuple[str, ...], set[str | None]] = defaultdict(set)
+    for rank, said in per_rank.items():
+        nodes_by_value[said[0]].add(node_of[rank])
+    first, second = nodes_by_value.values()
+    if first & second:
+        return None
+    common = per_rank[0][0]
+    return common, sorted(r for r, said in per_rank.items() if said[0] != common)

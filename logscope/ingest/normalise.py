@@ -64,6 +64,13 @@ _KIT = re.compile(
 )
 _KIT_UPTIME = re.compile(r"\[\d+\.\d+s\] ")
 # A bare bracketed stamp: "[2020-03-03 03:46:35] this rank = 0", "[2025-06-03 16:12:09] host:pid:tid [0] NCCL WARN".
+# C's ctime(), as `mpirun --timestamp-output` prints it before its rank tag: "Wed Sep 20 23:55:19 2017[1,68]<stderr>:".
+_CTIME = re.compile(
+    r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) (?P<day>[ \d]\d) "
+    r"(?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4}) ?"
+)
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _BRACKET_TS = re.compile(r"\[(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[,.]\d+)?\] ")
 # AWS CloudWatch's console, copied: "  | 2024-08-23T22:22:51.873Z | message" (Lightning-AI/litData#340).
 _CLOUDWATCH = re.compile(r" *\| (?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) \| ")
@@ -218,6 +225,10 @@ def normalise(raw: str) -> Line:
             if line.tee_local_rank is None:
                 line.tee_role, line.tee_local_rank = m["role"], int(m["lrank"])
             prefixes.append("torchx")
+        elif text[:3] in _WEEKDAYS and (m := _CTIME.match(text)) is not None:
+            date = f"{m['year']}-{_MONTHS.index(m['mon']) + 1:02d}-{int(m['day']):02d}"
+            line.ts_text, line.ts = f"{date} {m['hms']}", _epoch(date, m["hms"])
+            prefixes.append("ctime")
         if m is None:
             break
         text = text[m.end() :]

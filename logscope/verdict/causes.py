@@ -15,7 +15,9 @@ What makes a finding a consequence, in this order:
    all the others);
    a lost connection is explained by a failure of the rank(s) that went away; a rank that left cleanly (no error
    line of its own) explains the different calls the ranks it left behind were stuck in;
-3. when both carry clocks, a failure that started later than another one's first line, on other ranks.
+3. a more specific finding that reads the same out-of-memory lines as something else explains the OOM (a size of
+   terabytes an object collective read off the wire is a mismatch);
+4. when both carry clocks, a failure that started later than another one's first line, on other ranks.
 """
 
 from __future__ import annotations
@@ -151,6 +153,10 @@ def _explainer(
             # A rank that left its loop without an error of its own: the ranks it left behind wait in whichever
             # collective each had reached, so the different calls they were in say nothing of their own.
             explains = True
+        elif f["category"] == "oom" and g["specificity"] > f["specificity"] and _reads_the_same_lines(f, g):
+            # A more specific rule read the same out-of-memory line as something else (a size of terabytes that
+            # an object collective read off the wire): its reading is the cause.
+            explains = True
         elif f["category"] == "collective_mismatch" and g["category"] == "config_disagreement":
             # Ranks that run with different settings call different collectives: the disagreement is the cause.
             explains = True
@@ -174,6 +180,12 @@ def _explainer(
         if explains and (best is None or g["specificity"] > best["specificity"]):
             best = g
     return best
+
+
+def _reads_the_same_lines(f: Finding, g: Finding) -> bool:
+    """Every evidence line of `f` is evidence of `g` too."""
+    mine = {(item["path"], item["line"]) for item in f["evidence"]}
+    return bool(mine) and mine <= {(item["path"], item["line"]) for item in g["evidence"]}
 
 
 def rank_key(f: Finding) -> tuple[Any, ...]:

@@ -17,6 +17,7 @@ each other's shared modules, never the loader or the engine.
 """
 
 from logscope.rules.checks import (  # noqa: F401  (each module registers its check on import)
+    accelerate_shapes,
     all_ranks_aborted,
     connect_retries_unresolved,
     detail_mismatch,
@@ -29,6 +30,7 @@ from logscope.rules.checks import (  # noqa: F401  (each module registers its ch
     flight_recorder_hang,
     flight_recorder_mismatch,
     flight_skipped_sync,
+    garbage_object_size,
     generic_failure,
     gpu_unusable_at_sync,
     horovod_stalled,

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from logscope.rules.api import Context, Hit, Rule, check
+from logscope.events.catalogue import catalogue
+from logscope.rules.api import REMOTE_KINDS, Context, Hit, Rule, check
 from logscope.rules.checks.collectives import call_name, last_calls
+from logscope.rules.checks.failures import LAUNCHER_EXIT_KINDS
 from logscope.vocab import Event
+
+# Lines that do not say a rank failed of its own: a peer went away, a process's exit status, a traceback's header.
+NOT_ITS_OWN = REMOTE_KINDS | catalogue().tagged("exit") | set(LAUNCHER_EXIT_KINDS) | {"traceback_start"}
 
 
 @check("different_collective_calls")
@@ -18,6 +23,10 @@ def different_collective_calls(rule: Rule, ctx: Context, events: list[Event], pa
     if len(last) < 2:
         return None
     calls = {r: str(call_name(e)) for r, e in last.items()}
+    if any(_failed_by_itself(ctx, r) for r in set(ctx.by_rank) - set(calls)):
+        # Another rank failed by itself: ranks that only lost their connection to it were interrupted in whatever
+        # call each had reached, not stuck in calls that disagree.
+        calls = {r: api for r, api in calls.items() if _failed_by_itself(ctx, r)}
     if len(set(calls.values())) < 2:
         return None
     counts: dict[str, int] = {}
@@ -36,5 +45,12 @@ def different_collective_calls(rule: Rule, ctx: Context, events: list[Event], pa
         culprits, factor = sorted(calls), 0.7
     per_rank = ", ".join(f"rank {r}: {api}" for r, api in sorted(calls.items()))
     return Hit(
-        list(last.values()), set(calls), culprits=culprits, confidence_factor=factor, values={"per_rank": per_rank}
+        [last[r] for r in calls], set(calls), culprits=culprits, confidence_factor=factor, values={"per_rank": per_rank}
+    )
+
+
+def _failed_by_itself(ctx: Context, rank: int | None) -> bool:
+    """An error line of the rank's own that is not a lost connection, an exit status or a traceback's header."""
+    return rank is not None and any(
+        x["level"] == "error" and x["kind"] not in NOT_ITS_OWN for x in ctx.by_rank.get(rank, [])
     )

@@ -110,7 +110,8 @@ def _bare_exit(ctx: Context, e: Event, victims: set[int | None]) -> bool:
     crashed with exit code -6") is that rank's own failure where nothing of its own says why: a rank with an error
     line of its own (a store it could not reach, an exception) failed of what that line says."""
     rank = e["rank"]
-    if rank is None or rank in victims or not e["exitcode"]:
+    # The report's words say the exit failed (a signal, a non-zero status, "aborted") even where no code is given.
+    if rank is None or rank in victims or e["exitcode"] == 0:
         return False
     return not any(x["level"] == "error" and x["kind"] != "exit_report" for x in ctx.by_rank.get(rank, []))
 
