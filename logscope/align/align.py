@@ -380,11 +380,7 @@ class _Builder:
             return
         if last == 0:
             return
-        by_file: dict[int, list[Event]] = defaultdict(list)
-        for row in self.rows:
-            if self.sources[row["sid"]].role == "console":
-                by_file[row["sid"]].append(row)
-        for rows in by_file.values():
+        for rows in self._console_rows():
             attempt, failing = 0, False
             # torchrun stops the other workers ("Sending process N closing signal SIGTERM"), their last words come
             # through, and then it reports the failure ("failed (exitcode: ...)"): that report ends the attempt.
@@ -397,12 +393,16 @@ class _Builder:
                 if row["attempt"] is None:
                     row["attempt"] = attempt
 
-    def _console_restarts(self) -> None:
+    def _console_rows(self) -> list[list[Event]]:
+        """The rows of each console, one list per file."""
         by_file: dict[int, list[Event]] = defaultdict(list)
         for row in self.rows:
             if self.sources[row["sid"]].role == "console":
                 by_file[row["sid"]].append(row)
-        for rows in by_file.values():
+        return list(by_file.values())
+
+    def _console_restarts(self) -> None:
+        for rows in self._console_rows():
             if not any(r["kind"] == "worker_failed" for r in rows):
                 continue
             attempt, failing, restarts = 0, False, []

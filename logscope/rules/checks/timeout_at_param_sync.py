@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from logscope.align.state import PROGRESS_KINDS, launcher_teardown
+from logscope.align.state import PROGRESS_KINDS
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.collectives import call_name, last_calls
 from logscope.rules.checks.past_the_sync import SYNC_APIS
@@ -31,7 +31,12 @@ def timeout_at_param_sync(rule: Rule, ctx: Context, events: list[Event], params:
     absent = sorted(set(range(world)) - set(synced))
     late = []
     if not absent and _in_a_broadcast(ctx, waiting):
-        late = sorted(r for r in set(synced) - waiting_ranks if r in range(world) and not _failed(ctx, r))
+        # Those that neither timed out nor failed of their own (the launcher stopping them at teardown is no failure).
+        late = sorted(
+            r
+            for r in set(synced) - waiting_ranks
+            if r in range(world) and not (r in ctx.states and ctx.states[r].failed_by_itself)
+        )
     if not absent and not late:
         return None
     first = synced[min(synced)]
@@ -56,11 +61,6 @@ def _in_a_broadcast(ctx: Context, waiting: list[Event]) -> bool:
         call = calls.get(e["rank"]) if e["rank"] is not None else None
         ops.append(op if op else (call_name(call) or "") if call is not None else "")
     return any(ops) and all(op in SYNC_APIS for op in ops if op)
-
-
-def _failed(ctx: Context, rank: int) -> bool:
-    """A line of the rank's own that says it failed (the launcher stopping it at teardown is not one)."""
-    return any(r["level"] == "error" and not launcher_teardown(r) for r in ctx.by_rank.get(rank, []))
 
 
 def _timed_out_in_the_sync(ctx: Context, timeout: Event, sync: Event) -> bool:
