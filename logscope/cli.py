@@ -162,6 +162,17 @@ def rules_list(rules: Annotated[list[Path] | None, typer.Option("--rules", help=
         raise _fail(str(exc)) from None
 
 
+@rules_app.command("kinds")
+def rules_kinds(tag: Annotated[str | None, typer.Option("--tag", help="Only the kinds with this tag")] = None) -> None:
+    """One line per event kind a rule can match: kind, level, tags."""
+    from logscope.events.catalogue import TAGS, catalogue
+
+    if tag is not None and tag not in TAGS:
+        raise _fail(f"no tag {tag!r} (tags: {', '.join(TAGS)})")
+    for kind, level, tags in catalogue().kind_rows(tag):
+        typer.echo(f"{kind:<34} {level:<8} {' '.join(tags)}".rstrip())
+
+
 @rules_app.command("show")
 def rules_show(rule_id: str, rules: Annotated[list[Path] | None, typer.Option("--rules")] = None) -> None:
     """The rule's documentation: What it detects / Why it matters / Example."""

@@ -91,6 +91,20 @@ def test_text_that_is_not_a_log_is_refused_and_an_unknown_log_format_is_not(tmp_
     assert r.returncode in (0, 1) and json.loads(r.stdout)["verdict"]["category"]
 
 
+def test_rules_kinds_lists_what_a_rule_may_match() -> None:
+    """The loader's "unknown event kind" error points here: every kind, synthesized ones too, with its tags."""
+    r = run("rules", "kinds")
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines()}
+    assert rows["child_failure"][0] == "made" and "torchrun_failure" in rows["child_failure"]
+    assert rows["nccl_watchdog_timeout"][0] == "error" and "timeout" in rows["nccl_watchdog_timeout"]
+    tagged = run("rules", "kinds", "--tag", "end")
+    assert {line.split()[0] for line in tagged.stdout.splitlines()} == {
+        kind for kind, words in rows.items() if "end" in words
+    }
+    assert run("rules", "kinds", "--tag", "no_such_tag").returncode == 2
+
+
 @pytest.mark.parametrize("args", [["rules", "list"], ["rules", "show", "LS101"], ["rules", "lint"]])
 def test_rules_commands(args: list[str]) -> None:
     r = run(*args)

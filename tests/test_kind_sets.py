@@ -1,5 +1,7 @@
 """The Python kind groups (module-level `*_KINDS` constants) name only kinds the catalogue defines or the pipeline
-synthesises: a signature renamed or removed in signatures.yaml fails here instead of silently emptying a group."""
+synthesises: a signature renamed or removed in signatures.yaml fails here instead of silently emptying a group. The
+groups are tag families of signatures.yaml (`catalogue().tagged`) or kinds named one by one (`kinds`), both checked
+when their module loads; this test also catches a group written as a plain set."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 import logscope
-from logscope.events.catalogue import SYNTHESIZED_KINDS, catalogue
+from logscope.events.catalogue import TAGS, catalogue, kinds
 
 
 def kind_groups() -> Iterator[tuple[str, frozenset[str]]]:
@@ -19,7 +21,7 @@ def kind_groups() -> Iterator[tuple[str, frozenset[str]]]:
             continue
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
-            is_group = name.endswith("_KINDS") and name != "SYNTHESIZED_KINDS"
+            is_group = name.endswith("_KINDS")
             if is_group and isinstance(value, (set, frozenset, tuple)) and all(isinstance(v, str) for v in value):
                 yield f"{info.name}.{name}", frozenset(value)
 
@@ -32,7 +34,24 @@ def test_the_groups_are_found() -> None:
     assert {"logscope.rules.checks.failures.COMM_KINDS", "logscope.align.state.END_KINDS"} <= names
 
 
-@pytest.mark.parametrize(("name", "kinds"), GROUPS, ids=[name for name, _ in GROUPS])
-def test_kind_group_names_known_kinds(name: str, kinds: frozenset[str]) -> None:
-    known = set(catalogue().kinds()) | set(SYNTHESIZED_KINDS)
-    assert sorted(kinds - known) == [], name
+@pytest.mark.parametrize(("name", "group"), GROUPS, ids=[name for name, _ in GROUPS])
+def test_kind_group_names_known_kinds(name: str, group: frozenset[str]) -> None:
+    assert sorted(group - catalogue().known_kinds()) == [], name
+
+
+def test_every_tag_names_a_family() -> None:
+    """No tag is declared and left unused (a family the reasoning reads must have members)."""
+    assert [tag for tag in TAGS if not catalogue().tagged(tag)] == []
+
+
+def test_an_unknown_kind_or_tag_fails_at_load() -> None:
+    with pytest.raises(ValueError, match="unknown event kinds"):
+        kinds("iteration", "no_such_kind")
+    with pytest.raises(ValueError, match="unknown tags"):
+        catalogue().tagged("no_such_tag")
+
+
+def test_synthesized_kinds_carry_tags() -> None:
+    """torchrun's failure table is made by the pipeline, yet it is a launcher's report of a rank's exit."""
+    assert "child_failure" in catalogue().known_kinds() and "child_failure" not in catalogue().kinds()
+    assert "child_failure" in catalogue().tagged("torchrun_failure") & catalogue().tagged("launcher_report")

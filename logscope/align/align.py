@@ -27,7 +27,7 @@ from logscope.align.state import (
     build_states,
     completion,
 )
-from logscope.events.catalogue import catalogue
+from logscope.events.catalogue import catalogue, kinds
 from logscope.events.extract import Extraction
 from logscope.events.table import events_frame
 from logscope.ingest.normalise import nccl_process
@@ -40,19 +40,13 @@ from logscope.vocab import PHASE_ORDER, Event, RankRow
 # "[PG ID 0 PG GUID 0(default_pg) Rank 2]" (torch >= 2.4), "[PG ID 0 PG GUID 0 Rank 2]".
 _DEFAULT_PG_PREFIX = regex.compile(r"\[PG ID 0 PG GUID \w+(?:\([^()\]]{0,64}\))? Rank (\d+)\]")
 
-IDENTITY_KINDS = {
-    "config_values",
-    "rank_identity",
-    "pg_initialized",
-    "pg_nccl_options",
-    "lightning_rank",
-    "store_barrier_wait",
-}
+# Lines that name the rank that prints them and its world size.
+IDENTITY_KINDS = catalogue().tagged("identity")
 WORLD_SIZE_KINDS = IDENTITY_KINDS
 # The largest world whose every rank gets a row of its own (a rank number beyond it is not trusted to mean a world).
 MAX_WORLD = 65536
 # Lines that name the rank that prints them (rsl_rl: "Synchronizing parameters for rank 11...").
-OWN_RANK_KINDS = IDENTITY_KINDS | {"sync_start"}
+OWN_RANK_KINDS = IDENTITY_KINDS | kinds("sync_start")
 # Kinds whose lines name the rank they are about, and the field that holds it (signatures.yaml `names_rank`).
 NAMES_RANK = {s.kind: s.names_rank for s in catalogue().signatures if s.names_rank}
 # A training script's rank tag at the start of its message, after any logger prefix: "[RANK 0] ...", "[rank 1] ...",

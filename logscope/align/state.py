@@ -21,43 +21,16 @@ from logscope.events.catalogue import catalogue
 from logscope.values import int_or_none
 from logscope.vocab import PHASE_ORDER, Event, Phase, RankRow
 
-# Lines that say a rank moved forward in training (rank 0 prints most of them in RL libraries).
-PROGRESS_KINDS = frozenset(
-    {"iteration", "progress", "progress_bar", "throughput", "train_start", "benchmark_row", "training_metrics"}
-)
-# Lines that say a rank's training loop finished.
-END_KINDS = frozenset(
-    {
-        "training_time",
-        "training_finished",
-        "train_final",
-        "final_checksum",
-        "run_completed",
-        "env_closed",
-        "elastic_worker_succeeded",
-    }
-)
-# Lines a launcher prints about a worker (torchrun's agent, srun, DeepSpeed's launcher, mp.spawn's parent): not
-# the worker's own output, though they name its rank.
-AGENT_KINDS = frozenset(
-    {"child_failure", "worker_failed", "worker_sigterm_sent", "worker_force_killed"}
-    | {s.kind for s in catalogue().signatures if s.names_rank}
-)
-# Lines that carry a collective's SeqNum with the state it reached on the rank that prints them.
-COLLECTIVE_KINDS = frozenset(
-    {
-        "nccl_watchdog_timeout",
-        "nccl_blocking_wait_timeout",
-        "nccl_pg_status",
-        "nccl_dump_signal",
-        "collective_fingerprint",
-    }
-)
+# The state model's kind families, from the tags in signatures.yaml (catalogue.TAGS says what each means).
+PROGRESS_KINDS = catalogue().tagged("progress")
+END_KINDS = catalogue().tagged("end")
+# A launcher's lines about a worker name its rank but are not the worker's own output: those tagged so, and every
+# line whose signature reads the rank it is about (`names_rank`).
+AGENT_KINDS = catalogue().tagged("launcher_report") | {s.kind for s in catalogue().signatures if s.names_rank}
+COLLECTIVE_KINDS = catalogue().tagged("seqnum")
 _DAY = 86400.0
 # Kinds that prose, READMEs and config files can produce too ("Step 1: install", "5 parameters", "torch==2.13").
-WEAK_KINDS = frozenset(
-    {"progress", "benchmark_row", "training_metrics", "traceback_frame", "model_params", "torch_version"}
-)
+WEAK_KINDS = catalogue().tagged("weak")
 # A training loop's own progress lines, when nothing else is recognised, make a log from this many on.
 MIN_PROGRESS_LINES = 3
 # A training loop's own counters or metrics, when nothing else is recognised, make a log from this many lines on.

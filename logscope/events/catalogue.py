@@ -12,9 +12,6 @@ from logscope import safeyaml
 from logscope.events.literals import Literals, required_literals
 
 LEVELS = ("benign", "info", "warning", "error")
-# Event kinds that no signature reads off one line: made from error.json files, torchrun's failure table, and the
-# cross-rank comparisons of start-up lines (events/startup.py) and of lines naming their rank (events/rank_values.py).
-SYNTHESIZED_KINDS = ("child_failure", "error_file", "startup_differs", "rank_value_differs")
 _KEYS = {
     "kind",
     "level",
@@ -31,6 +28,9 @@ _KEYS = {
     "examples",
     "counterexamples",
 }
+# An entry for a kind the pipeline makes itself (error.json files, torchrun's failure table, cross-rank comparisons):
+# its kind, what makes it, and its tags.
+_SYNTHESIZED_KEYS = {"kind", "synthesized", "tags"}
 # Families of kinds that the reasoning groups by (rules/api.py derives its kind sets from them).
 TAGS = (
     "comm",  # the communication layer reports a failure (NCCL, gloo, sockets)
@@ -42,6 +42,17 @@ TAGS = (
     "exit",  # a line about a process's exit (code or signal), often printed by a launcher
     "teardown",  # the launcher or watchdog tearing processes down after a failure
     "generic",  # a catch-all line: only the fallback stage uses it
+    # The state model's families (align/state.py and the checks read them).
+    "launcher_report",  # a launcher's line about a worker (torchrun's agent, srun, mp.spawn's parent), not its own
+    "torchrun_failure",  # torchrun's report that a worker failed, with its exit code
+    "exit_code",  # a launcher's report of one rank's exit code (torchrun, mp.spawn, composer, mpirun)
+    "end",  # a rank's training loop finished
+    "progress",  # a rank moved forward in training (rank 0 prints most of these in RL libraries)
+    "identity",  # names the printing rank and its world size
+    "seqnum",  # a collective's SeqNum with the state it reached on the rank that prints it
+    "weak",  # prose, READMEs and config files print these too ("Step 1: install", "torch==2.13")
+    "distributed",  # only a distributed job prints it (a process group, NCCL, a parameter sync)
+    "world_formed",  # printed only once every rank joined: the world formed
 )
 
 
@@ -90,16 +101,41 @@ class Signature:
 class Catalogue:
     signatures: tuple[Signature, ...]
     union_prefilter: str  # every prefilter, for the one scan over all lines (Rust regex / grep -E)
+    synthesized: dict[str, frozenset[str]]  # the kinds the pipeline makes itself, with their tags
 
     def kinds(self) -> list[str]:
         return sorted({s.kind for s in self.signatures})
 
+    def known_kinds(self) -> frozenset[str]:
+        """Every kind an event can have: read by a signature or made by the pipeline."""
+        return frozenset(self.kinds()) | frozenset(self.synthesized)
+
     def tagged(self, *tags: str) -> frozenset[str]:
-        """The kinds of every signature with one of `tags`."""
-        return frozenset(s.kind for s in self.signatures if s.tags & set(tags))
+        """The kinds of every signature or synthesized kind with one of `tags`."""
+        wanted = set(tags)
+        if not wanted <= set(TAGS):
+            raise ValueError(f"unknown tags {sorted(wanted - set(TAGS))}")
+        read = {s.kind for s in self.signatures if s.tags & wanted}
+        return frozenset(read | {kind for kind, kind_tags in self.synthesized.items() if kind_tags & wanted})
 
     def of_kind(self, kind: str) -> tuple[Signature, ...]:
         return tuple(s for s in self.signatures if s.kind == kind)
+
+    def kind_rows(self, tag: str | None = None) -> list[tuple[str, str, tuple[str, ...]]]:
+        """Every kind (or those tagged `tag`) with its level ("made" for a synthesized kind) and its tags: what a
+        rule file's `match.kinds` may name."""
+        rows: dict[str, tuple[str, frozenset[str]]] = {}
+        for s in self.signatures:  # a kind read by several signatures: the first one's level, every one's tags
+            level, tags = rows.get(s.kind, (s.level, frozenset()))
+            rows[s.kind] = (level, tags | s.tags)
+        for kind, kind_tags in self.synthesized.items():
+            rows[kind] = ("made", kind_tags)
+        wanted = self.tagged(tag) if tag else None
+        return [
+            (kind, level, tuple(sorted(tags)))
+            for kind, (level, tags) in sorted(rows.items())
+            if wanted is None or kind in wanted
+        ]
 
 
 # Unicode classes spelled in ASCII: on ASCII text each matches exactly the characters the Unicode class does
@@ -147,10 +183,24 @@ def _load() -> list[dict[str, object]]:
     return data
 
 
+def _tags(entry: dict[str, object]) -> frozenset[str]:
+    tags = frozenset(str(t) for t in entry.get("tags") or [])  # type: ignore[attr-defined]
+    if not tags <= set(TAGS):
+        raise ValueError(f"signature {entry['kind']}: unknown tags {sorted(tags - set(TAGS))}")
+    return tags
+
+
 @lru_cache(maxsize=1)
 def catalogue() -> Catalogue:
     signatures = []
+    synthesized: dict[str, frozenset[str]] = {}
     for entry in _load():
+        if "synthesized" in entry:
+            unknown = set(entry) - _SYNTHESIZED_KEYS
+            if unknown:
+                raise ValueError(f"synthesized kind {entry.get('kind')}: unknown keys {sorted(unknown)}")
+            synthesized[str(entry["kind"])] = _tags(entry)
+            continue
         unknown = set(entry) - _KEYS
         if unknown:
             raise ValueError(f"signature {entry.get('kind')}: unknown keys {sorted(unknown)}")
@@ -160,9 +210,7 @@ def catalogue() -> Catalogue:
         prefilter = str(entry["prefilter"])
         limit = entry.get("limit")
         cap = entry.get("cap")
-        tags = frozenset(str(t) for t in entry.get("tags") or [])  # type: ignore[attr-defined]
-        if not tags <= set(TAGS):
-            raise ValueError(f"signature {entry['kind']}: unknown tags {sorted(tags - set(TAGS))}")
+        tags = _tags(entry)
         signatures.append(
             Signature(
                 kind=str(entry["kind"]),
@@ -181,7 +229,16 @@ def catalogue() -> Catalogue:
             )
         )
     union = "|".join(f"(?:{s.prefilter})" for s in signatures)
-    return Catalogue(signatures=tuple(signatures), union_prefilter=union)
+    return Catalogue(signatures=tuple(signatures), union_prefilter=union, synthesized=synthesized)
+
+
+def kinds(*names: str) -> frozenset[str]:
+    """A kind group named one by one, checked against the catalogue when its module loads: a kind renamed or
+    removed in signatures.yaml fails at import instead of silently emptying the group."""
+    unknown = set(names) - catalogue().known_kinds()
+    if unknown:
+        raise ValueError(f"unknown event kinds {sorted(unknown)}")
+    return frozenset(names)
 
 
 def grep_patterns() -> list[str]:

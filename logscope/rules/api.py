@@ -63,6 +63,8 @@ class Hit:
 
 # Families of kinds (signatures.yaml `tags`), for the reasoning that groups failures by what they say.
 TAGGED = catalogue().tagged
+# torchrun's reports of a worker's failure ("failed (exitcode: 1) local_rank: 0", the ChildFailedError table's rows).
+TORCHRUN_FAILURE_KINDS = TAGGED("torchrun_failure")
 COMM_FAMILY = TAGGED("comm", "timeout")
 # Warnings that, where a log stops at them, are the lead: the communication library, or the rendezvous/store.
 LEAD_FAMILY = TAGGED("comm", "timeout", "rendezvous")

@@ -15,6 +15,7 @@ from typing import Any
 import regex
 
 from logscope.align.model import Aligned
+from logscope.events.catalogue import kinds
 from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import API_OPTYPE, CHECKS, REMOTE_KINDS, Context, Hit, Rule, breaks_own_pattern
 from logscope.rules.checks.failures import first_own_error, only_failed_worker
@@ -358,7 +359,7 @@ CONDITIONS = {
 
 # ---------------------------------------------------------------------------------------------- culprits
 # Lines that tell where a rank's queue of collectives stood (align folds them into last_seq_enqueued/completed).
-SEQ_REPORT_KINDS = frozenset({"nccl_pg_status", "nccl_dump_signal", "collective_fingerprint"})
+SEQ_REPORT_KINDS = kinds("nccl_pg_status", "nccl_dump_signal", "collective_fingerprint")
 # A SeqNum told this long after the failure's reports is not where the rank stood when they failed.
 LATER_S = 10.0
 

@@ -13,7 +13,7 @@ import yaml
 
 from logscope import safeyaml
 from logscope.errors import RuleError
-from logscope.events.catalogue import SYNTHESIZED_KINDS, catalogue
+from logscope.events.catalogue import catalogue
 from logscope.rules import checks as _checks  # noqa: F401  (registers the Python checks)
 from logscope.rules.api import CHECKS, Rule
 
@@ -131,7 +131,7 @@ def parse_rule(path: Path) -> Rule:
     _check(data, rule_schema(), (), errors)
     if errors:
         raise fail(*errors[0])
-    known_kinds = set(catalogue().kinds()) | set(SYNTHESIZED_KINDS)
+    known_kinds = catalogue().known_kinds()
     for i, kind in enumerate(data["match"].get("kinds", [])):
         if kind not in known_kinds:
             raise fail(("match", "kinds", str(i)), f"unknown event kind '{kind}' (see `logscope rules kinds`)")

@@ -10,16 +10,16 @@ import regex
 
 from logscope.align.align import signal_name
 from logscope.align.state import launcher_teardown
-from logscope.events.catalogue import catalogue
+from logscope.events.catalogue import catalogue, kinds
 from logscope.ingest.normalise import nccl_process
-from logscope.rules.api import COMM_FAMILY, Context
+from logscope.rules.api import COMM_FAMILY, TAGGED, Context
 from logscope.vocab import Event, Severity, at_least
 
 # NCCL's trace of a failed call back up its stack ("transport/net_ib.cc:852 -> 3").
 NCCL_TRACE = regex.compile(r"\.(?:cc|cu|h):\d+ -> \d")
 
 # Events that say "communication failed here": a crash on a rank that shows one of these is its consequence.
-COMM_KINDS = {
+COMM_KINDS = kinds(
     "nccl_watchdog_timeout",
     "nccl_blocking_wait_timeout",
     "nccl_pg_status",
@@ -46,7 +46,7 @@ COMM_KINDS = {
     "cuda_illegal_access",
     "gloo_connect_refused",
     "ddp_model_mismatch",
-}
+)
 # Exceptions that only say a peer or the launcher ended things: never a rank's own cause.
 NOT_A_CAUSE_EXC = (
     "DistBackendError",
@@ -116,7 +116,7 @@ def warned_before(ctx: Context, cause: Event, family: frozenset[str] = COMM_FAMI
 
 
 # What a gloo process's own SIGABRT leaves on record: its enforce's C++ exception and the terminate it ends in.
-GLOO_ABORT_KINDS = ("gloo_terminate", "gloo_size_mismatch", "terminate_called")
+GLOO_ABORT_KINDS = kinds("gloo_terminate", "gloo_size_mismatch", "terminate_called")
 
 
 def aborted_failures(ctx: Context) -> list[Event]:
@@ -151,7 +151,7 @@ def nothing_failed_nor_finished(ctx: Context) -> bool:
 
 
 # A launcher's report of one rank's exit: torchrun's agent and summary, mp.spawn, composer's and mpirun's launchers.
-LAUNCHER_EXIT_KINDS = ("child_failure", "worker_failed", "exit_report", "process_exit")
+LAUNCHER_EXIT_KINDS = TAGGED("exit_code")
 
 
 def only_failed_worker(ctx: Context) -> list[int]:

@@ -11,7 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.align.state import launcher_teardown
-from logscope.rules.api import LEAD_FAMILY, REMOTE_KINDS, Context, Hit, Rule, check, family_category
+from logscope.rules.api import (
+    LEAD_FAMILY,
+    REMOTE_KINDS,
+    TORCHRUN_FAILURE_KINDS,
+    Context,
+    Hit,
+    Rule,
+    check,
+    family_category,
+)
 from logscope.rules.checks.failures import (
     NOT_A_CAUSE_EXC,
     describe,
@@ -27,8 +36,6 @@ from logscope.vocab import Event
 STOPPED_FROM_OUTSIDE_EXC = ("KeyboardInterrupt", "SignalException")
 # A traceback this close below torchrun's "Received N death signal" is torchrun's own, unwinding from the stop.
 STOP_SIGNAL_SPAN = 40
-# torchrun's reports of a worker's exit ("failed (exitcode: 1) local_rank: 0", the ChildFailedError summary's entries).
-AGENT_EXIT_KINDS = frozenset({"worker_failed", "child_failure"})
 # A line this close to the end of its file is where that file stops.
 LAST_LINES = 3
 # How much less sure a lead is than a failure line: a warning where the log stops, a traceback cut short, and a
@@ -108,7 +115,7 @@ def _unexplained_errors(ctx: Context, others: bool) -> list[Event]:
         and not (e["kind"] == "traceback_start" and _explained(ctx, headers.get((e["sid"], e["line"]))))
         and not (e["kind"] == "traceback_start" and _after_a_stop_signal(ctx, e))
         and not (e["kind"] == "nccl_error_return" and nccl_went_on(ctx, e))
-        and not (e["kind"] in AGENT_EXIT_KINDS and launcher_teardown(e))
+        and not (e["kind"] in TORCHRUN_FAILURE_KINDS and launcher_teardown(e))
     ]
     # A traceback is told by the line that ends it (its exception); a header stays only where the traceback is cut off.
     ends = {(x["sid"], x["line"]) for x in candidates}
@@ -123,7 +130,7 @@ def _unexplained_errors(ctx: Context, others: bool) -> list[Event]:
             for e in candidates
             if not _a_consequence(e)
             and not (e["kind"] == "traceback_start" and _a_consequence(headers.get((e["sid"], e["line"]))))
-            and not (e["kind"] in AGENT_EXIT_KINDS and _failed_as_consequence(ctx, e["rank"]))
+            and not (e["kind"] in TORCHRUN_FAILURE_KINDS and _failed_as_consequence(ctx, e["rank"]))
             and not (_spawn_header(e) and _a_consequence(headers.get((e["sid"], e["line"] + 1))))
         ]
     return candidates
@@ -163,7 +170,7 @@ def _first_per_rank(ctx: Context, candidates: list[Event]) -> dict[int | None, E
     """Each rank's first candidate in time (None: the first that names no rank); a rank's own line before the
     launcher's report of its exit, which says less (the exit status) and is printed after it."""
     first: dict[int | None, Event] = {}
-    for e in sorted(candidates, key=lambda x: (x["kind"] in AGENT_EXIT_KINDS, ctx.order(x))):
+    for e in sorted(candidates, key=lambda x: (x["kind"] in TORCHRUN_FAILURE_KINDS, ctx.order(x))):
         for rank in _ranks_of(e):
             first.setdefault(rank, e)
     return first

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from logscope.events.catalogue import kinds
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.vocab import Event
 
 # Lines only a started worker (or the launcher's report of one) prints.
-WORKER_KINDS = (
+WORKER_KINDS = kinds(
     "sync_start",
     "iteration",
     "config_values",

@@ -7,12 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.align.state import participating
+from logscope.events.catalogue import kinds
 from logscope.rules.api import COMM_FAMILY, Context, Hit, Rule, check
 from logscope.vocab import Event
 
 # Failures of a rank's own making (as opposed to what a peer's failure made it report).
-OWN_FAULT_KINDS = frozenset(
-    {"python_exception", "segfault", "fatal_python_error", "terminate_called", "cuda_oom", "host_oom", "error_file"}
+OWN_FAULT_KINDS = kinds(
+    "python_exception", "segfault", "fatal_python_error", "terminate_called", "cuda_oom", "host_oom", "error_file"
 )
 
 

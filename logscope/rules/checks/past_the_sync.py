@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from logscope.events.catalogue import kinds
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.collectives import call_name, last_calls
 from logscope.vocab import Event
 
 # Lines only a rank that trains prints (a rank still in the sync has none).
-TRAINING_KINDS = frozenset({"iteration", "progress", "progress_bar", "throughput"})
+TRAINING_KINDS = kinds("iteration", "progress", "progress_bar", "throughput")
 # The framework's initial parameter sync is a broadcast (rsl_rl, skrl) or broadcast_object_list (rl_games).
 SYNC_APIS = {"broadcast", "broadcast_object_list"}
 

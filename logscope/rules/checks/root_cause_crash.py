@@ -12,7 +12,16 @@ from typing import Any
 
 from logscope.align.state import launcher_teardown
 from logscope.events.catalogue import catalogue
-from logscope.rules.api import COMM_FAMILY, PEER_CAUSED, RENDEZVOUS_FAMILY, Context, Hit, Rule, check
+from logscope.rules.api import (
+    COMM_FAMILY,
+    PEER_CAUSED,
+    RENDEZVOUS_FAMILY,
+    TORCHRUN_FAILURE_KINDS,
+    Context,
+    Hit,
+    Rule,
+    check,
+)
 from logscope.rules.checks.failures import (
     COMM_KINDS,
     NOT_A_CAUSE_EXC,
@@ -26,7 +35,6 @@ from logscope.rules.checks.failures import (
 from logscope.rules.checks.world import raised_joining_world
 from logscope.vocab import Event
 
-WORKER_EXIT_KINDS = ("child_failure", "worker_failed")
 # A rank's own failure lines that say more than its exit code does.
 SAYS_MORE_THAN_EXIT = ("python_exception", "error_file", "segfault", "fatal_python_error")
 # One cause per rank: the event that says most (exception text over an exit code); lower is preferred.
@@ -88,7 +96,7 @@ def _own_failures(ctx: Context, events: list[Event]) -> list[Event]:
         kind = e["kind"]
         if kind == "python_exception" and _ends_launcher_traceback(e, launcher_frames):
             continue
-        if kind in WORKER_EXIT_KINDS:
+        if kind in TORCHRUN_FAILURE_KINDS:
             own = _worker_exit_is_own(ctx, e, victims, causes)
         elif kind == "exit_report":
             own = _bare_exit(ctx, e, victims)
@@ -133,8 +141,8 @@ def _victim_ranks(ctx: Context) -> set[int | None]:
     rank, or unranked communication errors beside a single failed worker."""
     victims: set[int | None] = set(comm_ranks(ctx))
     if aborted_failures(ctx):
-        victims |= {e["rank"] for k in WORKER_EXIT_KINDS for e in ctx.by_kind.get(k, [])}
-    failed_workers = {e["rank"] for k in WORKER_EXIT_KINDS for e in ctx.by_kind.get(k, []) if e["exitcode"]}
+        victims |= {e["rank"] for k in TORCHRUN_FAILURE_KINDS for e in ctx.by_kind.get(k, [])}
+    failed_workers = {e["rank"] for k in TORCHRUN_FAILURE_KINDS for e in ctx.by_kind.get(k, []) if e["exitcode"]}
     if len(failed_workers) == 1 and any(e["kind"] in COMM_KINDS and e["rank"] is None for e in ctx.rows):
         # Unranked communication errors and one failed worker: in a paste without rank prefixes they are that
         # worker's own lines, so its exit is their consequence.
@@ -245,5 +253,5 @@ def _first_in_cause(best: dict[int, Event]) -> list[int]:
         tied = [r for r, t in times.items() if t - first < 1.0]
     # Among ranks that failed together, one known only by its exit status most likely went down with the one whose
     # own exception says why.
-    said = [r for r in tied if best[r]["kind"] not in WORKER_EXIT_KINDS]
+    said = [r for r in tied if best[r]["kind"] not in TORCHRUN_FAILURE_KINDS]
     return sorted(said or tied)

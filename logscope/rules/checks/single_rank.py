@@ -5,19 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from logscope.rules.api import Context, Hit, Rule, check
+from logscope.rules.api import TAGGED, Context, Hit, Rule, check
 from logscope.rules.checks.rows import int_field
 from logscope.vocab import Event
 
 # Lines that only a distributed job prints.
-DISTRIBUTED_KINDS = (
-    "pg_initialized",
-    "sync_start",
-    "pg_nccl_options",
-    "rank_identity",
-    "nccl_comm_init",
-    "accelerate_state",
-)
+DISTRIBUTED_KINDS = TAGGED("distributed")
 
 
 @check("single_rank")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import regex
 
+from logscope.events.catalogue import kinds
 from logscope.rules.api import Context
 from logscope.rules.checks.rows import frame_function
 from logscope.vocab import Event
@@ -55,7 +56,7 @@ SYNC_FUNCTIONS = frozenset(
 )
 
 # Frames as the signatures read them: plain, torch.distributed's own (c10d_call), torchrun's, py-spy's and gdb's.
-DUMP_FRAME_KINDS = ("traceback_frame", "c10d_call", "launcher_frame", "dump_frame")
+DUMP_FRAME_KINDS = kinds("traceback_frame", "c10d_call", "launcher_frame", "dump_frame")
 PID_IN_TEXT = regex.compile(r"\bpid[=:] ?(\d+)")
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from logscope.events.catalogue import kinds
 from logscope.rules.api import TAGGED, Context, Hit, Rule, check
 from logscope.vocab import Event
 
 # Lines that say a timeout happened (the PG status line follows any watchdog failure, a timeout or an error).
-TIMEOUT_KINDS = TAGGED("timeout") - {"nccl_dump_signal", "nccl_pg_status"}
+TIMEOUT_KINDS = TAGGED("timeout") - kinds("nccl_dump_signal", "nccl_pg_status")
 # A failure of the communication layer itself that the watchdog reports before signalling the dump.
-NCCL_ERROR_KINDS = frozenset({"nccl_error", "nccl_result", "nccl_peer_closed"})
+NCCL_ERROR_KINDS = kinds("nccl_error", "nccl_result", "nccl_peer_closed")
 
 
 @check("timeout_dump_signal")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import regex
 
-from logscope.rules.api import Context
+from logscope.rules.api import TAGGED, Context
 from logscope.rules.checks.rows import frame_function
 from logscope.vocab import Event
 
@@ -30,20 +30,7 @@ JOIN_FAILURE = regex.compile(
 TRACEBACK_SPAN = 80
 
 # Lines that prove the process group had formed (a collective ran or training started).
-WORLD_FORMED_KINDS = (
-    "pg_initialized",
-    "lightning_world_formed",
-    "nccl_comm_init",
-    "nccl_comm_topology",
-    "sync_start",
-    "sync_done",
-    "iteration",
-    "training_time",
-    "nccl_pg_status",
-    "nccl_watchdog_timeout",
-    "collective_fingerprint",
-    "pg_store_check_failed",
-)
+WORLD_FORMED_KINDS = TAGGED("world_formed")
 
 
 def world_formed(ctx: Context) -> bool:
