@@ -30,7 +30,14 @@ def test_rule_example_fires_its_rule(rule) -> None:
 
 def test_only_rules_that_read_no_plain_log_show_an_example_they_do_not_run() -> None:
     shown_only = sorted(r.id for r in RULES if r.why.get("example_runs") is False)
-    assert shown_only == ["LS219", "LS220", "LS221", "LS304", "LS307", "LS406"]  # dump files; per-rank files of a torchrun tree
+    assert shown_only == [
+        "LS219",
+        "LS220",
+        "LS221",
+        "LS304",
+        "LS307",
+        "LS406",
+    ]  # dump files; per-rank files of a torchrun tree
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])

@@ -626,10 +626,22 @@ class _Builder:
 
     def worker_failed_ranks(self) -> None:
         """torchrun's `failed (exitcode: N) local_rank: L` names a local rank of the agent's own node: the only
-        node, or the one log tree beside the console (a node's folder holding its console and its --log_dir)."""
+        node, or the one log tree beside the console (a node's folder holding its console and its --log_dir). Its pid
+        is surer where torchrun's failure table gives that pid's global rank (several nodes' consoles side by side)."""
+        by_pid = {
+            (int_or_none(r["_f"].get("pid")), r["sid"]): r["rank"]
+            for r in self.rows
+            if r["kind"] == "child_failure" and r["rank"] is not None
+        }
         for row in self.rows:
             if row["kind"] == "worker_failed" and row["rank"] is None:
                 local = int_or_none(row["_f"].get("local_rank"))
+                named = by_pid.get((int_or_none(row["_f"].get("pid")), row["sid"]))
+                if named is not None:
+                    row["rank"] = named
+                    if local is not None:
+                        row["local_rank"] = local
+                    continue
                 if local is None:
                     continue
                 if self.single_node:

@@ -276,7 +276,8 @@ def _hang(
     else:
         lowest = min(STATE_ORDER.get(e.state, 0) for e in present.values())
         behind = sorted(r for r, e in present.items() if STATE_ORDER.get(e.state, 0) == lowest)
-        ahead = [r for r, entries in by_rank.items() if max(entries, default=0) > seq]
+        # Others that went on past it (a rank's own later entries say only that it enqueued more, asynchronously).
+        ahead = [r for r, entries in by_rank.items() if r not in behind and max(entries, default=0) > seq]
         if behind and (ahead or len(behind) < len(present)):
             culprits, reason = behind, "did not get past it while the others did"
         elif len(members) == 1:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import calendar
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from logscope.align.job import launcher_stopped
-from logscope.events.catalogue import catalogue
+from logscope.events.catalogue import catalogue, kinds
 from logscope.values import int_or_none
 from logscope.vocab import PHASE_ORDER, Event, Phase, RankRow
 
@@ -31,6 +32,8 @@ COLLECTIVE_KINDS = catalogue().tagged("seqnum")
 _DAY = 86400.0
 # Kinds that prose, READMEs and config files can produce too ("Step 1: install", "5 parameters", "torch==2.13").
 WEAK_KINDS = catalogue().tagged("weak")
+# Errors a program can catch and go on from: an exception's traceback, a line its logger printed at ERROR level.
+HANDLEABLE_KINDS = kinds("python_exception", "traceback_start", "logged_error", "error_said")
 # A training loop's own progress lines, when nothing else is recognised, make a log from this many on.
 MIN_PROGRESS_LINES = 3
 # A training loop's own counters or metrics, when nothing else is recognised, make a log from this many lines on.
@@ -87,7 +90,8 @@ class RankState:
     last_progress: Event | None = None
     last_iteration: int | None = None
     progress_count: int = 0  # its own progress lines (iterations, steps, progress bars)
-    first_error: Event | None = None  # its earliest own error-level line (by clock, else by order)
+    first_error: Event | None = None  # its earliest own error-level line (by clock, else by order), not handled
+    handled: set[tuple[int, int]] = field(default_factory=set)  # (sid, line) of errors it went on from
     first_error_clock: float | None = None
     first_clock: float | None = None
     last_clock: float | None = None
@@ -136,6 +140,9 @@ def build_states(rows: list[Event], rank_rows: list[RankRow], complete_ranks: se
         )
         for r in rank_rows
     }
+    for (owner, sid), lines in _went_on_from(rows).items():
+        if owner in states:
+            states[owner].handled |= {(sid, line) for line in lines}
     for row in rows:
         rank = row["rank"]
         state = states.get(rank) if rank is not None else None
@@ -166,7 +173,7 @@ def build_states(rows: list[Event], rank_rows: list[RankRow], complete_ranks: se
         if _is_end(row) and not _after(row, state.first_error):
             # An end line after the rank's own error is its teardown (an exit hook's "closed"), not its loop's end.
             state.ended = True
-        if row["level"] == "error":
+        if row["level"] == "error" and (row["sid"], row["line"]) not in state.handled:
             first = state.first_error_clock
             header = state.first_error is not None and state.first_error["kind"] == "traceback_start"
             if (
@@ -183,6 +190,33 @@ def build_states(rows: list[Event], rank_rows: list[RankRow], complete_ranks: se
         if kind in COLLECTIVE_KINDS:
             _note_collective(state, row)
     return states
+
+
+def _went_on_from(rows: list[Event]) -> dict[tuple[int, int], set[int]]:
+    """For each rank and file, the lines of errors its process went on from: an exception (or ERROR line) followed,
+    in the same file and attempt, by the same rank's progress lines, with no launcher's report of a worker's exit
+    between. A process that died of it prints nothing after; one that caught it trains on. Not in Ray's
+    driver console, whose worker lines are not in their order."""
+    streams: dict[tuple[int, int], list[Event]] = defaultdict(list)
+    for row in rows:
+        # Ray's driver console prints its workers' lines in batches, out of their order ("[repeated 8x across
+        # cluster]"): there a line below an exception may have been printed before it.
+        if row["rank"] is not None and row.get("actor_pid") is None:
+            streams[(row["rank"], row["sid"])].append(row)
+    handled: dict[tuple[int, int], set[int]] = {}
+    for key, stream in streams.items():
+        went_on: int | None = None  # the attempt of the progress line seen below, walking up the file
+        for row in sorted(stream, key=lambda r: r["line"], reverse=True):
+            kind = row["kind"]
+            if kind in PROGRESS_KINDS and kind != "progress_bar":
+                # Training moved on. Not a progress bar, which tqdm redraws once more when it is closed, nor an end
+                # line, which a `finally:` prints after the traceback too ("Environment closed").
+                went_on = row["attempt"] or 0
+            elif kind in AGENT_KINDS:
+                went_on = None  # a worker's exit (a restart) between: the later lines are another process's
+            elif kind in HANDLEABLE_KINDS and row["level"] == "error" and went_on == (row["attempt"] or 0):
+                handled.setdefault(key, set()).add(row["line"])
+    return handled
 
 
 def _after(row: Event, earlier: Event | None) -> bool:

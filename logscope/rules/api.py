@@ -65,6 +65,8 @@ class Hit:
 TAGGED = catalogue().tagged
 # torchrun's reports of a worker's failure ("failed (exitcode: 1) local_rank: 0", the ChildFailedError table's rows).
 TORCHRUN_FAILURE_KINDS = TAGGED("torchrun_failure")
+# A launcher's report that a worker process died (an exit code, a signal): not something a process goes on from.
+PROCESS_DEATH_KINDS = TAGGED("exit_code")
 COMM_FAMILY = TAGGED("comm", "timeout")
 # Warnings that, where a log stops at them, are the lead: the communication library, or the rendezvous/store.
 LEAD_FAMILY = TAGGED("comm", "timeout", "rendezvous")
@@ -132,15 +134,21 @@ class Context:
         return (e["attempt"] or 0) >= self.final_attempt
 
     def restart_recovered(self, events: list[Event]) -> bool:
-        """These failure lines all belong to elastic attempts before the last, and the job exited 0 or its logs prove
-        the run finished: the restart recovered from them (reported, as a warning, never as healthy)."""
-        attempts = [e["attempt"] for e in events if e["attempt"] is not None]
+        """These failure lines all belong to elastic attempts before the last, or one of them is a launcher's report
+        that a process died (a process that died did not finish the run: Ray's and other launchers' restarts leave
+        no attempt folders), and the job exited 0 or its logs prove the run finished: a restart recovered from them
+        (reported, as a warning, never as healthy)."""
         proof = self.completion
-        return (
-            bool(attempts)
-            and max(attempts) < self.final_attempt
-            and (self.job.get("exit_code") == 0 or (proof is not None and proof.proven))
-        )
+        if not (self.job.get("exit_code") == 0 or (proof is not None and proof.proven)):
+            return False
+        attempts = [e["attempt"] for e in events if e["attempt"] is not None]
+        earlier = bool(attempts) and max(attempts) < self.final_attempt
+        return earlier or any(e["kind"] in PROCESS_DEATH_KINDS and e.get("exitcode") != 0 for e in events)
+
+    def went_on_from(self, e: Event) -> bool:
+        """The rank caught this error and trained on: its own progress follows in the same file (state model)."""
+        state = self.states.get(e["rank"]) if e["rank"] is not None else None
+        return state is not None and (e["sid"], e["line"]) in state.handled
 
     def order(self, e: Event) -> tuple[float, int, int]:
         """Like `order_key`, but a line without a clock takes the clock of the line before it in its file (printed

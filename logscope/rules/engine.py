@@ -30,6 +30,8 @@ STAGES = ("main", "fallback")
 # Failures that a run which then finished evidently survived; a disagreement between ranks or a skipped sync is a
 # silent bug even when the run exits 0, so those keep their severity.
 SURVIVABLE = frozenset({"crash", "oom", "collective_timeout", "comm_error", "rendezvous_failure", "stall"})
+# A culprit read off a paste from the one rank of the world whose timeout line is not in it.
+PASTE_GUESS_FACTOR = 0.85
 REGEX_TIMEOUT_S = 0.05  # user regexes run with a timeout: catastrophic backtracking cannot hang the run
 MAX_REGEX_TIMEOUTS = 20  # per rule: past this its regexes count as no match, so a run's regex time is bounded
 
@@ -375,6 +377,8 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
         return reporters
     if strategy == "reporters_or_failed_worker":
         return reporters or only_failed_worker(ctx) or _device_named(ctx, hit)
+    if strategy == "against_reference":
+        return _against_reference(ctx, rule, hit)
     if strategy in ("fields", "fields_majority", "fields_or_reporters"):
         named: Counter[int] = Counter()
         for e in hit.events:
@@ -414,6 +418,24 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if strategy == "minority":
         return reporters if len(reporters) * 2 < max(len(ctx.visible), 1) else []
     return reporters
+
+
+def _against_reference(ctx: Context, rule: Rule, hit: Hit) -> list[int]:
+    """Each line names the rank that found itself different (`culprit_fields[0]`) from a reference rank
+    (`culprit_fields[1]`: DDP compares every process's parameters with process 0's). Where every other rank of
+    the world found itself different from the same reference, the reference is the odd one; else the ones that
+    did."""
+    own, reference = rule.culprit_fields[0], rule.culprit_fields[1]
+    named = Counter(r for e in hit.events if (r := int_or_none(ctx.field(e, own))) is not None)
+    references = {r for e in hit.events if (r := int_or_none(ctx.field(e, reference))) is not None}
+    world = ctx.job.get("world_size")
+    if len(references) == 1 and len(named) >= 2 and isinstance(world, int):
+        (ref,) = references
+        if set(named) == set(range(world)) - {ref}:
+            return [ref]
+    # Else, as `fields_majority`: the rank most lines name.
+    top = max(named.values(), default=0)
+    return sorted(r for r, n in named.items() if n == top)
 
 
 def _device_named(ctx: Context, hit: Hit) -> list[int]:
@@ -526,10 +548,24 @@ def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
         # No rank stayed silent: a rank whose only error is a lost connection printed after the others timed out
         # came back to the collective late and found them gone. It is the one they waited for.
         peers = sorted(r for r in ctx.visible - reporters if _came_back_late(ctx, r, hit))
+    if not peers:
+        peers = _the_one_not_reporting(ctx, hit, reporters, erred)
     # The culprit is the minority that is somewhere else; when most ranks are silent, silence says nothing.
     if peers and len(peers) <= len(reporters):
         return peers
     return []
+
+
+def _the_one_not_reporting(ctx: Context, hit: Hit, reporters: set[int], erred: set[int]) -> list[int]:
+    """In a paste with no rank's whole output: every rank of the world but one timed out on one collective, and that
+    one printed no error. A paste may have cut its line, so the finding is less sure."""
+    world = ctx.job.get("world_size") or (max(reporters) + 1)
+    seqs = {e["seq"] for e in hit.events}
+    missing = set(range(world)) - reporters
+    if len(reporters) < 2 or len(missing) != 1 or missing & erred or len(seqs) != 1:
+        return []
+    hit.confidence_factor *= PASTE_GUESS_FACTOR
+    return sorted(missing)
 
 
 def _came_back_late(ctx: Context, rank: int, hit: Hit) -> bool:

@@ -119,7 +119,10 @@ def _healthy_summary(aligned: Aligned, v2: str, v3: str) -> str:
         parts.append("Every rank reached parameter synchronization.")
     if v3 == "pass":
         parts.append("The run reported a training time and exited with status 0.")
-    if v2 != "pass" or v3 != "pass":
+    proof = aligned.completion
+    if proof is not None and proof.proven and v3 != "pass":
+        parts.append(f"What shows it: {proof.how}.")  # where the checklist's own proof is missing
+    elif v2 != "pass" or v3 != "pass":
         parts.append("Some evidence is missing, so this is a weaker 'healthy'.")
     return " ".join(parts)
 

@@ -14,6 +14,8 @@ from logscope.vocab import Event
 
 # Lines that do not say a rank failed of its own: a peer went away, a process's exit status, a traceback's header.
 NOT_ITS_OWN = REMOTE_KINDS | catalogue().tagged("exit") | set(LAUNCHER_EXIT_KINDS) | {"traceback_start"}
+# Collectives with a root, through which data flows one way: a rank may return from its part before every rank has.
+ROOTED_CALLS = frozenset({"broadcast", "reduce", "gather", "scatter", "broadcast_object_list", "gather_object"})
 
 
 @check("different_collective_calls")
@@ -27,7 +29,7 @@ def different_collective_calls(rule: Rule, ctx: Context, events: list[Event], pa
         # Another rank failed by itself: ranks that only lost their connection to it were interrupted in whatever
         # call each had reached, not stuck in calls that disagree.
         calls = {r: api for r, api in calls.items() if _failed_by_itself(ctx, r)}
-    if len(set(calls.values())) < 2:
+    if len(set(calls.values())) < 2 or _drifted_past_a_rooted_call(ctx, calls):
         return None
     counts: dict[str, int] = {}
     for api in calls.values():
@@ -46,6 +48,20 @@ def different_collective_calls(rule: Rule, ctx: Context, events: list[Event], pa
     per_rank = ", ".join(f"rank {r}: {api}" for r, api in sorted(calls.items()))
     return Hit(
         [last[r] for r in calls], set(calls), culprits=culprits, confidence_factor=factor, values={"per_rank": per_rank}
+    )
+
+
+def _drifted_past_a_rooted_call(ctx: Context, calls: dict[int, str]) -> bool:
+    """A rank that printed no error and never finished (stuck outside torch.distributed: the one the others wait
+    for) beside ranks in a rooted collective and others past it: a broadcast (reduce, gather, scatter) returns on
+    its root and on the ranks that passed their part on, so they went on to the next call while a rank that must
+    still forward to the stuck one waits. Different calls, but one program: LS101 names the stuck rank."""
+    if not any(api in ROOTED_CALLS for api in calls.values()):
+        return False
+    return any(
+        s.status == "visible" and s.first_error is None and not s.failed_by_itself and not s.ended
+        for r, s in ctx.states.items()
+        if r not in calls
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from logscope.align.flight import FlightReport, Hang
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.flight_evidence import entry_row, pg_text
+from logscope.rules.checks.stack_dumps import SYNC_FUNCTIONS
 from logscope.vocab import Event
 
 
@@ -51,7 +52,14 @@ def flight_recorder_hang(rule: Rule, ctx: Context, events: list[Event], params: 
     )
     if hang.skipped:
         hit.category = "collective_mismatch"  # the ranks called different collectives: a hang is only its symptom
+    elif _in_the_initial_sync(hang):
+        hit.category = "missing_sync"  # the hung collective is the framework's parameter sync (DDP's constructor)
     return hit
+
+
+def _in_the_initial_sync(hang: Hang) -> bool:
+    """The Python stack that issued the hung collective runs through a framework's initial parameter sync."""
+    return any(f.name in SYNC_FUNCTIONS for e in hang.entries.values() for f in e.frames)
 
 
 def _without_dump_text(report: FlightReport, hang: Hang) -> str:

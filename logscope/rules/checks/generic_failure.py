@@ -67,6 +67,8 @@ def generic_failure(rule: Rule, ctx: Context, events: list[Event], params: dict[
     else:
         culprits, factor = [], factor * UNRANKED_FACTOR
     cause = min((first[r] for r in culprits), key=ctx.order) if culprits else min(first.values(), key=ctx.order)
+    if cause["kind"] in TORCHRUN_FAILURE_KINDS and (said := _said_above(ctx, cause, candidates)) is not None:
+        cause = said  # the worker's own words, in the console above torchrun's report of its exit, say why
     evidence = [cause] + [e for e in sorted(candidates, key=ctx.order) if e is not cause]
     hit = Hit(
         evidence[:12],
@@ -110,6 +112,7 @@ def _unexplained_errors(ctx: Context, others: bool) -> list[Event]:
         e
         for e in ctx.rows
         if e["level"] == "error"
+        and not ctx.went_on_from(e)
         and _unclaimed(ctx, e)
         and not _stopped_from_outside(e)
         and not (e["kind"] == "traceback_start" and _explained(ctx, headers.get((e["sid"], e["line"]))))
@@ -164,6 +167,20 @@ def _lead_warnings(ctx: Context) -> list[Event]:
         for e in ctx.rows
         if e["level"] == "warning" and e["kind"] in LEAD_FAMILY and _unclaimed(ctx, e) and _near_the_end(ctx, e)
     ]
+
+
+def _said_above(ctx: Context, report: Event, candidates: list[Event]) -> Event | None:
+    """The first failure line that names no rank, of the worker's own (not a peer's going away), above torchrun's
+    report of a worker's exit in the same console: a console of several processes without rank prefixes."""
+    said = [
+        e
+        for e in candidates
+        if e["rank"] is None
+        and e["sid"] == report["sid"]
+        and e["line"] < report["line"]
+        and e["kind"] not in REMOTE_KINDS | TORCHRUN_FAILURE_KINDS | {"traceback_start"}
+    ]
+    return min(said, key=lambda e: e["line"]) if said else None
 
 
 def _first_per_rank(ctx: Context, candidates: list[Event]) -> dict[int | None, Event]:

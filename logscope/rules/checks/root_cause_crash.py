@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import regex
+
 from logscope.align.state import launcher_teardown
-from logscope.events.catalogue import catalogue
+from logscope.events.catalogue import catalogue, kinds
 from logscope.rules.api import (
     COMM_FAMILY,
     PEER_CAUSED,
@@ -51,6 +53,14 @@ CAUSE_PREFERENCE = {
     "child_failure": 5,
     "worker_failed": 6,  # the agent's one-line "failed (exitcode: N) local_rank: K": the summary says more
 }
+# Another launcher's report of a rank's exit, with nothing of the rank's own: mpirun's, composer's, Ray's raylet's.
+BARE_EXIT_KINDS = kinds("exit_report", "process_exit")
+# An exception that names the ranks that failed (torch.distributed.checkpoint's, raised on every rank alike).
+NAMES_FAILED_RANKS = regex.compile(
+    r"CheckpointException ranks: ?dict_keys\(\[(?P<ranks>\d{1,5}(?:, ?\d{1,5}){0,1000})\]\)"
+)
+# How a launcher stops the processes left after one failed.
+TEARDOWN_SIGNALS = frozenset({"Killed", "Terminated", "SIGTERM", "SIGKILL"})
 # The watchdog's own lines (a timeout, "taking the entire process down") this close above an abort caused it.
 WATCHDOG_ABORT_SPAN = 40
 TEARDOWN_OR_TIMEOUT = catalogue().tagged("teardown", "timeout")
@@ -68,6 +78,8 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[Event], params: dict
     ranked = sorted(r for r in best if r is not None)
     recovered = ctx.restart_recovered(causes)
     culprits = _first_in_cause({r: best[r] for r in ranked}) if ranked else []
+    if (named := _named_in_the_exception([best[r] for r in culprits])) is not None:
+        culprits = named
     if not ranked and (named := only_failed_worker(ctx)):
         # An own failure that names no rank (a pasted traceback) is the one rank its launcher reports failed.
         culprits, best = named, {named[0]: best[None]}
@@ -79,7 +91,7 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[Event], params: dict
         culprits=culprits,
         values={
             "what": what,
-            "recovered": " The elastic restart recovered: the final attempt finished." if recovered else "",
+            "recovered": " A restart recovered: the run finished." if recovered else "",
             "attempt": (best[culprits[0]]["attempt"] if culprits else None) or 0,
         },
     )
@@ -100,6 +112,12 @@ def _own_failures(ctx: Context, events: list[Event]) -> list[Event]:
             own = _worker_exit_is_own(ctx, e, victims, causes)
         elif kind == "exit_report":
             own = _bare_exit(ctx, e, victims)
+        elif kind == "process_exit":
+            # An exit code may be an unranked exception's (it says why); a signal or a vanished process is not.
+            echoes = e.get("exitcode") not in (None, 0) and _echoes_unranked_failure(ctx, e["rank"], victims)
+            # Beside torchrun's own reports, srun's task numbers count torchrun agents (one per node), not ranks.
+            agents = any(ctx.by_kind.get(k) for k in TORCHRUN_FAILURE_KINDS)
+            own = _bare_exit(ctx, e, victims) and not _launcher_killed(ctx, e) and not echoes and not agents
         elif kind in ("python_exception", "error_file"):
             own = _exception_is_own(ctx, e, victims)
         elif kind == "fatal_python_error":
@@ -121,7 +139,24 @@ def _bare_exit(ctx: Context, e: Event, victims: set[int | None]) -> bool:
     # The report's words say the exit failed (a signal, a non-zero status, "aborted") even where no code is given.
     if rank is None or rank in victims or e["exitcode"] == 0:
         return False
-    return not any(x["level"] == "error" and x["kind"] != "exit_report" for x in ctx.by_rank.get(rank, []))
+    return not any(x["level"] == "error" and x["kind"] not in BARE_EXIT_KINDS for x in ctx.by_rank.get(rank, []))
+
+
+def _named_in_the_exception(causes: list[Event]) -> list[int] | None:
+    """The ranks every one of `causes` names as the ones that failed: torch.distributed.checkpoint gathers each
+    rank's error and raises the same CheckpointException on every rank ("CheckpointException ranks:dict_keys([2,
+    3])"); the ranks it names failed, the others only report it."""
+    named = [NAMES_FAILED_RANKS.search(str(e["_f"].get("reason") or "")) for e in causes]
+    sets = {tuple(sorted(int(r) for r in m["ranks"].split(","))) for m in named if m is not None}
+    return list(next(iter(sets))) if causes and all(named) and len(sets) == 1 else None
+
+
+def _launcher_killed(ctx: Context, e: Event) -> bool:
+    """A signal death ("tasks 0,2,6: Killed") beside another process's failure with an exit code of its own: the
+    launcher (srun, mpirun) killed the rest of the job after that one failed."""
+    if str(e["_f"].get("signal") or "") not in TEARDOWN_SIGNALS:
+        return False
+    return any(x is not e and x.get("exitcode") not in (None, 0) for x in ctx.by_kind.get("process_exit", []))
 
 
 def _watchdog_took_it_down(ctx: Context, e: Event) -> bool:
@@ -194,11 +229,13 @@ def _before_its_comm_failures(ctx: Context, e: Event) -> bool:
 
 
 def _exception_is_own(ctx: Context, e: Event, victims: set[int | None]) -> bool:
-    """An exception (or torchrun's error.json) is the rank's own, unless it only reports a peer's doing, is a
-    communication error raised as an exception, or says the world never formed."""
+    """An exception (or torchrun's error.json) is the rank's own, unless it only reports a peer's doing, was caught
+    (the rank trained on), is a communication error raised as an exception, or says the world never formed."""
     kind, rank, f = e["kind"], e["rank"], e["_f"]
     if str(f.get("exc_type") or "").endswith(NOT_A_CAUSE_EXC) or PEER_CAUSED.search(e["text"]):
         return False
+    if ctx.went_on_from(e):
+        return False  # caught: the rank's own progress follows it
     if kind == "python_exception" and message_kind(str(f.get("reason") or "")) in COMM_KINDS:
         return False  # e.g. "RuntimeError: NCCL error in: ...": a communication error raised as an exception
     if raised_joining_world(ctx, e) is not None:

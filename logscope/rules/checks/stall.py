@@ -61,6 +61,9 @@ def _where_it_stopped(ctx: Context, stopped: dict[int, Event]) -> tuple[str, lis
         where = "; ".join(f'rank {r} at "{short(e["text"])}"' for r, e in sorted(stopped.items())[:8])
         return where, [stopped[r] for r in sorted(stopped)]
     unranked = [e for e in ctx.rows if e["rank"] is None and e["level"] != "benign" and e["kind"] != "traceback_frame"]
+    # Only the launcher's banner or other look-alikes (torchrun's OMP_NUM_THREADS notice): it started and nothing
+    # of the run followed.
+    unranked = unranked or [e for e in ctx.rows if e["rank"] is None and e["kind"] != "traceback_frame"]
     if unranked:
         last = max(unranked, key=lambda e: (PHASE_ORDER.get(e["phase"], -1), e["sid"], e["line"]))
         return f'"{short(last["text"])}"', [last]

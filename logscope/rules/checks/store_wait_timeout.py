@@ -9,7 +9,8 @@ from typing import Any
 
 import regex
 
-from logscope.rules.api import Context, Hit, Rule, check
+from logscope.events.catalogue import kinds
+from logscope.rules.api import COMM_FAMILY, REMOTE_KINDS, RENDEZVOUS_FAMILY, TAGGED, Context, Hit, Rule, check
 from logscope.rules.checks.world import world_formed
 from logscope.vocab import Event
 
@@ -17,6 +18,8 @@ from logscope.vocab import Event
 # that never answered it.
 JOINED_AND_WAITED = frozenset({"store_clients_timeout", "store_timeout", "store_barrier_timeout"})
 COULD_NOT_CONNECT = frozenset({"store_connect_timeout", "rdzv_connection_error"})
+# A process's own failure (communication layer, exception, signal) that keeps it from joining, unlike a store wait.
+OWN_JOIN_FAILURES = (COMM_FAMILY | TAGGED("crash")) - RENDEZVOUS_FAMILY - REMOTE_KINDS - kinds("traceback_start")
 # A wait that ran out, as opposed to the store's host going away ("Failed to recv, got 0 bytes": LS604).
 WAIT_RAN_OUT = regex.compile(r"Socket Timeout|wait timeout after|DistStoreError: .{0,80}[Tt]imeout")
 
@@ -48,7 +51,24 @@ def rendezvous_failed(rule: Rule, ctx: Context, events: list[Event], params: dic
     failures = [e for e in events if id(e) not in running]
     if not failures:
         return None
-    waited = {e["rank"] for e in failures if e["kind"] in JOINED_AND_WAITED and e["rank"] is not None}
+    waits = [e for e in failures if e["kind"] in JOINED_AND_WAITED]
+    if len(waits) == len(failures) and _raised_joining(ctx, waits):
+        return None  # the waits are the consequence: the peers they waited for failed by themselves while joining
+    waited = {e["rank"] for e in waits if e["rank"] is not None}
     unreached = {e["rank"] for e in failures if e["kind"] in COULD_NOT_CONNECT and e["rank"] is not None} - waited
     culprits = sorted(unreached) if waited and unreached else None
     return Hit(failures, {e["rank"] for e in failures if e["rank"] is not None}, culprits=culprits)
+
+
+def _raised_joining(ctx: Context, waits: list[Event]) -> bool:
+    """Error lines of their own elsewhere (another node's console, other ranks) that are not rendezvous or store
+    failures: gloo could not find its interface, an exception in setup. Those processes never checked in, and the
+    ones that had joined waited for them: the waits are the consequence."""
+    sids = {e["sid"] for e in waits}
+    ranks = {e["rank"] for e in waits if e["rank"] is not None}
+    return any(
+        x["level"] == "error"
+        and x["kind"] in OWN_JOIN_FAILURES
+        and (x["sid"] not in sids or (x["rank"] is not None and ranks and x["rank"] not in ranks))
+        for x in ctx.rows
+    )

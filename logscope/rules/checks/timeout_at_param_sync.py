@@ -1,7 +1,7 @@
 """The check `timeout_at_param_sync`, behind LS306 (rules/LS306_timeout_at_param_sync.yaml): a rank's first collective
 after the framework's parameter-sync line timed out, and a rank of the world never printed that line (it never
 reached the sync), or printed it and neither timed out nor failed (it was late to the sync's collective): the others
-waited for it there."""
+waited for it there. Where the framework prints no such line (DDP, FSDP), the timeout's traceback shows the sync."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from logscope.align.state import PROGRESS_KINDS
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.collectives import call_name, last_calls
 from logscope.rules.checks.past_the_sync import SYNC_APIS
+from logscope.rules.checks.rows import frame_function, traceback_frames
+from logscope.rules.checks.stack_dumps import SYNC_FUNCTIONS
 from logscope.vocab import Event, Phase
 
 
@@ -22,8 +24,10 @@ def timeout_at_param_sync(rule: Rule, ctx: Context, events: list[Event], params:
     environment reset between the line and the call)."""
     synced = {e["rank"]: e for e in ctx.by_kind.get("sync_start", []) if e["rank"] is not None}
     world = ctx.job.get("world_size")
-    if not synced or not isinstance(world, int) or world < 2:
+    if not isinstance(world, int) or world < 2:
         return None
+    if not synced:
+        return _timed_out_in_the_constructor(ctx, events, world)
     waiting = [e for e in events if e["rank"] in synced and _timed_out_in_the_sync(ctx, e, synced[e["rank"]])]
     if not waiting:
         return None
@@ -41,13 +45,52 @@ def timeout_at_param_sync(rule: Rule, ctx: Context, events: list[Event], params:
         return None
     first = synced[min(synced)]
     said = (
-        f"rank(s) {', '.join(map(str, absent))} never printed theirs: they did not reach the parameter sync"
+        f"rank(s) {', '.join(map(str, absent))} never printed that line: they did not reach the parameter sync"
         if absent
         else f"rank(s) {', '.join(map(str, late))} printed it but neither timed out nor failed: they were not yet in "
         "the sync's collective"
     )
-    values = {"sync_line": first["text"], "waiting": sorted(waiting_ranks), "absent": absent or late, "late": said}
+    values = {
+        "sync_line": f'after its line "{first["text"].strip()}"',
+        "waiting": sorted(waiting_ranks),
+        "absent": absent or late,
+        "late": said,
+    }
     return Hit([*waiting, first], waiting_ranks, culprits=absent or late, values=values)
+
+
+def _timed_out_in_the_constructor(ctx: Context, events: list[Event], world: int) -> Hit | None:
+    """DDP, FSDP and DeepSpeed sync the parameters in their constructor, with no line of their own: timeouts whose
+    traceback runs through that sync (`_sync_module_states`, `_verify_param_shape_across_processes`) waited there
+    for the ranks of the world that neither timed out nor failed: those had not reached it."""
+    waiting = [e for e in events if e["rank"] is not None and _sync_frame(ctx, e) is not None]
+    if not waiting:
+        return None
+    waiting_ranks = {rank for e in waiting if (rank := e["rank"]) is not None}
+    late = sorted(
+        r
+        for r in range(world)
+        if r not in waiting_ranks
+        and r in ctx.states
+        and ctx.states[r].status == "visible"
+        and not ctx.states[r].failed_by_itself
+    )
+    if not late:
+        return None
+    frame = _sync_frame(ctx, waiting[0])
+    said = f"rank(s) {', '.join(map(str, late))} neither timed out nor failed: they had not reached the sync"
+    values = {
+        "sync_line": f"in {frame_function(frame)}, in the model wrapper's constructor" if frame else "",
+        "waiting": sorted(waiting_ranks),
+        "absent": late,
+        "late": said,
+    }
+    return Hit(waiting, waiting_ranks, culprits=late, values=values)
+
+
+def _sync_frame(ctx: Context, timeout: Event) -> Event | None:
+    """The frame of the timeout's traceback in a framework's initial parameter sync."""
+    return next((f for f in traceback_frames(ctx, timeout) if frame_function(f) in SYNC_FUNCTIONS), None)
 
 
 def _in_a_broadcast(ctx: Context, waiting: list[Event]) -> bool:
