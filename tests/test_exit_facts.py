@@ -1,5 +1,6 @@
 """Facts align derives about how ranks ended and whose lines are whose, on real runs: who sent a SIGTERM a worker
-died of (torchrun's teardown or someone outside the job), and rank tags of scripts' own loggers."""
+died of (torchrun's teardown or someone outside the job), errors a rank went on from, and rank tags of scripts' own
+loggers."""
 
 from __future__ import annotations
 
@@ -30,6 +31,29 @@ def stopped_by(run: str) -> dict[int, str | None]:
 )
 def test_who_sent_the_sigterm(run: str, want: dict[int, str]) -> None:
     assert stopped_by(run) == want
+
+
+def phases(run: str) -> dict[int, str | None]:
+    return {r["rank"]: r["phase"] for r in analyze(REPO / run).diagnosis["ranks"]}
+
+
+@pytest.mark.parametrize(
+    ("run", "want"),
+    [
+        # every rank's DataLoader caught a decode error and printed its traceback; each rank's steps go on below it
+        (
+            "fixtures/blind_runs/r23c_2agents_tee_cpp_info_healthy_handled_decode_retry_ws4",
+            dict.fromkeys(range(4), "end"),
+        ),
+        # each rank's KeyboardInterrupt is followed only by tqdm's last redraw of its bar and skrl's "Environment
+        # closed" (a `finally:`): no step went on, so the ranks stopped there
+        ("fixtures/blind_runs/r22d_skrl_dr_param_wait_all_sigint_ws4", dict.fromkeys(range(4), "fail")),
+        # Ray's driver console prints a worker's lines out of order: a step line below rank 1's KeyError says nothing
+        ("fixtures/blind_runs/r11f_ray_train_worker_exception", {0: "train", 1: "fail"}),
+    ],
+)
+def test_an_error_a_rank_went_on_from_is_no_failure(run: str, want: dict[int, str]) -> None:
+    assert phases(run) == want
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from logscope.align.state import (
     TEARDOWN_EXIT,
     build_states,
     completion,
+    went_on_from,
 )
 from logscope.events.catalogue import catalogue, kinds
 from logscope.events.extract import Extraction
@@ -661,8 +662,9 @@ class _Builder:
         return under[0] if len(under) == 1 else None
 
     # ------------------------------------------------------------------ facts
-    def rank_table(self) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
-        """Each rank's facts from its files and its rows (`_fold_*`), then settled (`_settle`)."""
+    def rank_table(self, handled: set[tuple[int, int]]) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
+        """Each rank's facts from its files and its rows (`_fold_*`), then settled (`_settle`); an error its rank
+        went on from (`handled`) is no failure of it."""
         per: dict[int, dict[str, Any]] = {}
         self._place_files(per)
         final_attempt: dict[int, int] = {}
@@ -676,6 +678,8 @@ class _Builder:
             entry = _entry(per, rank)
             in_final = row["attempt"] is None or row["attempt"] >= final_attempt.get(rank, 0)
             _fold_presence(entry, row)
+            if (row["sid"], row["line"]) in handled:
+                continue
             _fold_progress(entry, row, in_final)
             _fold_collectives(entry, row)
             _fold_identity(entry, row)
@@ -755,7 +759,8 @@ class _Builder:
         self.analysis_tool_tracebacks()
         self.order()
         self.assign_phases()
-        per, _ = self.rank_table()
+        handled = went_on_from(self.rows)
+        per, _ = self.rank_table(handled)
         job = job_facts(self.rows, self.sources, self.world_votes, per)
         self.hidden_and_silent(per, job["world_size"])
         rank_rows = []
@@ -774,7 +779,7 @@ class _Builder:
             for row in self.rows
             if row["rank"] is not None and (row["node"] is not None or row["phase"] in EARLY_PHASES)
         }
-        states = build_states(self.rows, rank_rows, complete)
+        states = build_states(self.rows, rank_rows, complete, handled)
         return Aligned(
             events,
             self.rows,

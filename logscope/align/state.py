@@ -126,8 +126,11 @@ class RankState:
         return max(known) if known else None
 
 
-def build_states(rows: list[Event], rank_rows: list[RankRow], complete_ranks: set[int]) -> dict[int, RankState]:
-    """One RankState per rank of the rank table, from the aligned rows (in rank, attempt, source order)."""
+def build_states(
+    rows: list[Event], rank_rows: list[RankRow], complete_ranks: set[int], handled: set[tuple[int, int]]
+) -> dict[int, RankState]:
+    """One RankState per rank of the rank table, from the aligned rows (in rank, attempt, source order); `handled`:
+    the (sid, line) of errors their rank went on from (`went_on_from`)."""
     states = {
         r["rank"]: RankState(
             rank=r["rank"],
@@ -140,9 +143,6 @@ def build_states(rows: list[Event], rank_rows: list[RankRow], complete_ranks: se
         )
         for r in rank_rows
     }
-    for (owner, sid), lines in _went_on_from(rows).items():
-        if owner in states:
-            states[owner].handled |= {(sid, line) for line in lines}
     for row in rows:
         rank = row["rank"]
         state = states.get(rank) if rank is not None else None
@@ -173,7 +173,9 @@ def build_states(rows: list[Event], rank_rows: list[RankRow], complete_ranks: se
         if _is_end(row) and not _after(row, state.first_error):
             # An end line after the rank's own error is its teardown (an exit hook's "closed"), not its loop's end.
             state.ended = True
-        if row["level"] == "error" and (row["sid"], row["line"]) not in state.handled:
+        if row["level"] == "error" and (row["sid"], row["line"]) in handled:
+            state.handled.add((row["sid"], row["line"]))
+        elif row["level"] == "error":
             first = state.first_error_clock
             header = state.first_error is not None and state.first_error["kind"] == "traceback_start"
             if (
@@ -192,8 +194,8 @@ def build_states(rows: list[Event], rank_rows: list[RankRow], complete_ranks: se
     return states
 
 
-def _went_on_from(rows: list[Event]) -> dict[tuple[int, int], set[int]]:
-    """For each rank and file, the lines of errors its process went on from: an exception (or ERROR line) followed,
+def went_on_from(rows: list[Event]) -> set[tuple[int, int]]:
+    """The (sid, line) of errors their rank's process went on from: an exception (or ERROR line) followed,
     in the same file and attempt, by the same rank's progress lines, with no launcher's report of a worker's exit
     between. A process that died of it prints nothing after; one that caught it trains on. Not in Ray's
     driver console, whose worker lines are not in their order."""
@@ -203,8 +205,8 @@ def _went_on_from(rows: list[Event]) -> dict[tuple[int, int], set[int]]:
         # cluster]"): there a line below an exception may have been printed before it.
         if row["rank"] is not None and row.get("actor_pid") is None:
             streams[(row["rank"], row["sid"])].append(row)
-    handled: dict[tuple[int, int], set[int]] = {}
-    for key, stream in streams.items():
+    handled: set[tuple[int, int]] = set()
+    for stream in streams.values():
         went_on: int | None = None  # the attempt of the progress line seen below, walking up the file
         for row in sorted(stream, key=lambda r: r["line"], reverse=True):
             kind = row["kind"]
@@ -214,8 +216,10 @@ def _went_on_from(rows: list[Event]) -> dict[tuple[int, int], set[int]]:
                 went_on = row["attempt"] or 0
             elif kind in AGENT_KINDS:
                 went_on = None  # a worker's exit (a restart) between: the later lines are another process's
-            elif kind in HANDLEABLE_KINDS and row["level"] == "error" and went_on == (row["attempt"] or 0):
-                handled.setdefault(key, set()).add(row["line"])
+            elif went_on == (row["attempt"] or 0) and (
+                (kind in HANDLEABLE_KINDS and row["level"] == "error") or kind == "traceback_frame"
+            ):  # the error, and the frames of its traceback
+                handled.add((row["sid"], row["line"]))
     return handled
 
 

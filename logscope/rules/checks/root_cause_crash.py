@@ -113,11 +113,7 @@ def _own_failures(ctx: Context, events: list[Event]) -> list[Event]:
         elif kind == "exit_report":
             own = _bare_exit(ctx, e, victims)
         elif kind == "process_exit":
-            # An exit code may be an unranked exception's (it says why); a signal or a vanished process is not.
-            echoes = e.get("exitcode") not in (None, 0) and _echoes_unranked_failure(ctx, e["rank"], victims)
-            # Beside torchrun's own reports, srun's task numbers count torchrun agents (one per node), not ranks.
-            agents = any(ctx.by_kind.get(k) for k in TORCHRUN_FAILURE_KINDS)
-            own = _bare_exit(ctx, e, victims) and not _launcher_killed(ctx, e) and not echoes and not agents
+            own = _process_death_is_own(ctx, e, victims)
         elif kind in ("python_exception", "error_file"):
             own = _exception_is_own(ctx, e, victims)
         elif kind == "fatal_python_error":
@@ -140,6 +136,18 @@ def _bare_exit(ctx: Context, e: Event, victims: set[int | None]) -> bool:
     if rank is None or rank in victims or e["exitcode"] == 0:
         return False
     return not any(x["level"] == "error" and x["kind"] not in BARE_EXIT_KINDS for x in ctx.by_rank.get(rank, []))
+
+
+def _process_death_is_own(ctx: Context, e: Event, victims: set[int | None]) -> bool:
+    """A launcher's report that a process died (Ray's raylet, mp.spawn, srun) is the rank's own failure as a bare
+    exit is, unless the launcher killed it after another process failed, its exit code is an unranked exception's
+    (that says why; a signal or a vanished process says nothing), or torchrun reports the ranks itself (srun's task
+    numbers are then torchrun agents, one per node, not ranks)."""
+    if not _bare_exit(ctx, e, victims) or _launcher_killed(ctx, e):
+        return False
+    if e.get("exitcode") not in (None, 0) and _echoes_unranked_failure(ctx, e["rank"], victims):
+        return False
+    return not any(ctx.by_kind.get(k) for k in TORCHRUN_FAILURE_KINDS)
 
 
 def _named_in_the_exception(causes: list[Event]) -> list[int] | None:
