@@ -34,7 +34,8 @@ def flight_recorder_hang(rule: Rule, ctx: Context, events: list[Event], params: 
         "fr_seq": hang.seq,
         "fr_pg": pg_text(hang.pg, hang.pg_desc),
         "fr_states": states or "no dumped rank issued it",
-        "fr_reason": hang.reason,
+        # "rank(s) 3 never issued it", or, where the dumps name nobody, the reason alone
+        "fr_who": f"rank(s) {', '.join(map(str, hang.culprits))} {hang.reason}" if hang.culprits else hang.reason,
         "fr_dumps": len(report.dumps),
         "fr_details": f" Ranks without a dump — {_without_dump_text(report, hang)}." if hang.without_dump else "",
     }
