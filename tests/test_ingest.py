@@ -118,3 +118,26 @@ def test_documents_config_and_code_are_not_program_output(doc: str) -> None:
 
     assert not is_program_output((REPO / doc).read_text().splitlines())
     assert not is_program_output(["milk", "eggs, a dozen", "bread", "2 apples", "coffee beans"])
+
+
+@pytest.mark.parametrize(
+    ("name", "is_log"),
+    [
+        ("workerlog.0", True),  # PaddlePaddle's launcher: log/workerlog.<local rank>
+        ("train.log.1", True),  # rotated by logrotate
+        ("rank3", True),  # no suffix at all
+        ("console.log", True),
+        ("model.ckpt.1", False),
+        ("config.yaml", False),
+    ],
+)
+def test_which_files_are_logs(name: str, is_log: bool) -> None:
+    from logscope.ingest.sources import classify
+
+    assert (classify(f"node0/{name}", 10) is not None) == is_log
+
+
+def test_paddle_worker_logs_are_read() -> None:
+    """A case that keeps PaddlePaddle's own file names (workerlog.0, workerlog.1) is a log, not refused."""
+    verdict = analysed("fixtures/cases/r24a_ppasr_95_paddle_launch_2gpu_workerlog1_quiet_healthy").diagnosis["verdict"]
+    assert verdict["category"] == "healthy"

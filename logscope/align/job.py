@@ -41,14 +41,17 @@ def job_facts(rows: list[Event], sources: list[Source], world_votes: Iterable[in
 
 
 def declared_world_size(fields_of: FieldsOf, world_votes: Iterable[int]) -> int | None:
-    """The world size the job declares: the ranks' own identity lines, else torchrun's rendezvous block, else the
-    largest NCCL communicator."""
+    """The world size the job declares: the ranks' own identity lines, else torchrun's rendezvous block, else
+    DeepSpeed's launcher's, else the largest NCCL communicator."""
     declared = [ws for ws in world_votes if ws > 0]
     if declared:
         return max(declared)
     rdzv = [int_list(f.get("value")) for f in fields_of["rdzv_field"] if f.get("key") == "global_world_sizes"]
     if rdzv and rdzv[-1]:
         return rdzv[-1][0]
+    launched = [n for n in (int_or_none(f.get("world_size")) for f in fields_of["launcher_world_size"]) if n]
+    if launched:
+        return launched[-1]
     nranks = [n for n in (int_or_none(f.get("nranks")) for f in fields_of["nccl_comm_init"]) if n]
     return max(nranks) if nranks else None
 

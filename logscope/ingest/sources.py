@@ -25,6 +25,8 @@ _RANK_FILE = re.compile(
 )
 _ATTEMPT_DIR = re.compile(r"attempt_\d+")
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".stdout", ".stderr", ".console")
+# Logs numbered per worker or rotated: PaddlePaddle's launcher writes log/workerlog.0, logrotate train.log.1.
+_NUMBERED_LOG = re.compile(r"log\.\d{1,4}$", re.IGNORECASE)
 _ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar", ".gz")
 _NOT_LOGS = {"label.yaml", "scenario.yaml"}
 
@@ -67,7 +69,7 @@ def classify(member: str, size: int | None, prefix: str = "") -> Source | None:
     if name in _NOT_LOGS or name.startswith(".") or flight_recorder.DEFAULT_NAME.fullmatch(name):
         return None
     lower = name.lower()
-    if lower.endswith(_LOG_SUFFIXES) or "." not in name:
+    if lower.endswith(_LOG_SUFFIXES) or "." not in name or _NUMBERED_LOG.search(name):
         return Source(shown, "console", size, archive=archive)
     return None
 

@@ -83,6 +83,8 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[Event], params: dict
     if not ranked and (named := only_failed_worker(ctx)):
         # An own failure that names no rank (a pasted traceback) is the one rank its launcher reports failed.
         culprits, best = named, {named[0]: best[None]}
+    elif not ranked and (everyone := _every_rank_alike(ctx, causes)):
+        culprits, best = everyone, dict.fromkeys(everyone, best[None])
     evidence = [best[r] for r in culprits] + [e for e in causes if e["rank"] not in culprits]
     what = ", ".join(f"rank {r}: {describe(best[r])}" for r in (culprits or ranked)) or describe(causes[0])
     hit = Hit(
@@ -148,6 +150,20 @@ def _process_death_is_own(ctx: Context, e: Event, victims: set[int | None]) -> b
     if e.get("exitcode") not in (None, 0) and _echoes_unranked_failure(ctx, e["rank"], victims):
         return False
     return not any(ctx.by_kind.get(k) for k in TORCHRUN_FAILURE_KINDS)
+
+
+def _every_rank_alike(ctx: Context, causes: list[Event]) -> list[int]:
+    """The same exception, naming no rank, once for every rank of a declared world (a script that fails the same way
+    in each process): every rank failed by itself."""
+    world = ctx.job.get("world_size") if ctx.job.get("world_size_declared") else None
+    said = [
+        (str(e["_f"].get("exc_type")), str(e["_f"].get("reason")))
+        for e in causes
+        if e["kind"] == "python_exception" and e["rank"] is None
+    ]
+    if not isinstance(world, int) or world < 2 or len(said) != world or len(set(said)) != 1:
+        return []
+    return list(range(world))
 
 
 def _named_in_the_exception(causes: list[Event]) -> list[int] | None:
