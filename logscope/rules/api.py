@@ -65,8 +65,9 @@ class Hit:
 TAGGED = catalogue().tagged
 # torchrun's reports of a worker's failure ("failed (exitcode: 1) local_rank: 0", the ChildFailedError table's rows).
 TORCHRUN_FAILURE_KINDS = TAGGED("torchrun_failure")
-# A launcher's report that a worker process died (an exit code, a signal): not something a process goes on from.
-PROCESS_DEATH_KINDS = TAGGED("exit_code")
+# A launcher's report of one rank's exit (torchrun's agent and summary, mp.spawn, composer, mpirun, Ray's raylet):
+# where it says the process died, that is nothing a process goes on from.
+LAUNCHER_EXIT_KINDS = TAGGED("exit_code")
 COMM_FAMILY = TAGGED("comm", "timeout")
 # Warnings that, where a log stops at them, are the lead: the communication library, or the rendezvous/store.
 LEAD_FAMILY = TAGGED("comm", "timeout", "rendezvous")
@@ -143,7 +144,7 @@ class Context:
             return False
         attempts = [e["attempt"] for e in events if e["attempt"] is not None]
         earlier = bool(attempts) and max(attempts) < self.final_attempt
-        return earlier or any(e["kind"] in PROCESS_DEATH_KINDS and e.get("exitcode") != 0 for e in events)
+        return earlier or any(e["kind"] in LAUNCHER_EXIT_KINDS and e.get("exitcode") != 0 for e in events)
 
     def went_on_from(self, e: Event) -> bool:
         """The rank caught this error and trained on: its own progress follows in the same file (state model)."""

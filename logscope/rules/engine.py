@@ -380,20 +380,13 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if strategy == "against_reference":
         return _against_reference(ctx, rule, hit)
     if strategy in ("fields", "fields_majority", "fields_or_reporters"):
-        named: Counter[int] = Counter()
-        for e in hit.events:
-            for name in rule.culprit_fields:
-                value = ctx.field(e, name)
-                for part in str(value if value is not None else "").replace(" ", "").split(","):
-                    if part.isdigit():
-                        named[int(part)] += 1
+        named = _named_ranks(ctx, hit, rule.culprit_fields)
         if strategy == "fields_or_reporters":
             return sorted(named) or reporters
-        if strategy == "fields" or not named:
+        if strategy == "fields":
             return sorted(named)
         # Each rank names the one it disagrees with; the rank most of them name is the odd one out.
-        top = max(named.values())
-        return sorted(r for r, n in named.items() if n == top)
+        return _most_named(named)
     if strategy == "peers_of_reporter":
         world = ctx.job.get("world_size") or 0
         if world == 2 and len(reporters) == 1:
@@ -425,15 +418,29 @@ def _against_reference(ctx: Context, rule: Rule, hit: Hit) -> list[int]:
     (`culprit_fields[1]`: DDP compares every process's parameters with process 0's). Where every other rank of
     the world found itself different from the same reference, the reference is the odd one; else the ones that
     did."""
-    own, reference = rule.culprit_fields[0], rule.culprit_fields[1]
-    named = Counter(r for e in hit.events if (r := int_or_none(ctx.field(e, own))) is not None)
-    references = {r for e in hit.events if (r := int_or_none(ctx.field(e, reference))) is not None}
+    named = _named_ranks(ctx, hit, rule.culprit_fields[:1])
+    references = set(_named_ranks(ctx, hit, rule.culprit_fields[1:2]))
     world = ctx.job.get("world_size")
     if len(references) == 1 and len(named) >= 2 and isinstance(world, int):
         (ref,) = references
         if set(named) == set(range(world)) - {ref}:
             return [ref]
-    # Else, as `fields_majority`: the rank most lines name.
+    return _most_named(named)  # else, as `fields_majority`
+
+
+def _named_ranks(ctx: Context, hit: Hit, fields: tuple[str, ...]) -> Counter[int]:
+    """How many times the hit's lines name each rank in `fields` (a field may hold a list: "2, 3")."""
+    named: Counter[int] = Counter()
+    for e in hit.events:
+        for name in fields:
+            value = ctx.field(e, name)
+            for part in str(value if value is not None else "").replace(" ", "").split(","):
+                if part.isdigit():
+                    named[int(part)] += 1
+    return named
+
+
+def _most_named(named: Counter[int]) -> list[int]:
     top = max(named.values(), default=0)
     return sorted(r for r, n in named.items() if n == top)
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from logscope.events.catalogue import catalogue
-from logscope.rules.api import REMOTE_KINDS, Context, Hit, Rule, check
+from logscope.rules.api import LAUNCHER_EXIT_KINDS, REMOTE_KINDS, Context, Hit, Rule, check
 from logscope.rules.checks.collectives import call_name, last_calls
-from logscope.rules.checks.failures import LAUNCHER_EXIT_KINDS
 from logscope.vocab import Event
 
 # Lines that do not say a rank failed of its own: a peer went away, a process's exit status, a traceback's header.
-NOT_ITS_OWN = REMOTE_KINDS | catalogue().tagged("exit") | set(LAUNCHER_EXIT_KINDS) | {"traceback_start"}
+NOT_ITS_OWN = REMOTE_KINDS | catalogue().tagged("exit") | LAUNCHER_EXIT_KINDS | {"traceback_start"}
 # Collectives with a root, through which data flows one way: a rank may return from its part before every rank has.
 ROOTED_CALLS = frozenset({"broadcast", "reduce", "gather", "scatter", "broadcast_object_list", "gather_object"})
 

@@ -12,7 +12,7 @@ from logscope.align.align import signal_name
 from logscope.align.state import launcher_teardown
 from logscope.events.catalogue import catalogue, kinds
 from logscope.ingest.normalise import nccl_process
-from logscope.rules.api import COMM_FAMILY, TAGGED, Context
+from logscope.rules.api import COMM_FAMILY, LAUNCHER_EXIT_KINDS, Context
 from logscope.vocab import Event, Severity, at_least
 
 # NCCL's trace of a failed call back up its stack ("transport/net_ib.cc:852 -> 3").
@@ -148,10 +148,6 @@ def nothing_failed_nor_finished(ctx: Context) -> bool:
     """The fallback rules' ground: no main rule found a failure, and nothing proves that the run finished."""
     proof = ctx.completion
     return proof is not None and not proof.proven and not failure_found(ctx)
-
-
-# A launcher's report of one rank's exit: torchrun's agent and summary, mp.spawn, composer's and mpirun's launchers.
-LAUNCHER_EXIT_KINDS = TAGGED("exit_code")
 
 
 def only_failed_worker(ctx: Context) -> list[int]:

@@ -23,12 +23,10 @@ _STALLED_LIST = regex.compile(r"(?:^|:)(?P<rank>\d{1,6}): \[(?P<tensors>[^\[\]]{
 def horovod_crossed(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Horovod's stall lists show ranks each missing a tensor that another rank submitted and that other rank
     missing one this rank submitted: they issued different collectives at the same point (LS215)."""
-    if not _crossed(events):
-        return None
     missing = _missing_tensors(events)
-    crossed = sorted(
-        {a for a in missing for b in missing if a != b and missing[a] - missing[b] and missing[b] - missing[a]}
-    )
+    crossed = _crossed(missing)
+    if not crossed:
+        return None
     rows = [e for e in events if e["kind"] == "horovod_stalled_rank"]
     per_rank = "; ".join(f"rank {r}: {', '.join(sorted(t))}" for r, t in sorted(missing.items()))
     return Hit(rows[:8], set(crossed), culprits=[], values={"per_rank": per_rank})
@@ -46,20 +44,21 @@ def _missing_tensors(events: list[Event]) -> dict[int, set[str]]:
     return missing
 
 
-def _crossed(events: list[Event]) -> bool:
-    """Two ranks each lacking a tensor the other submitted, where neither lacks the framework's start-up parameter
-    broadcast (TensorFlow's "HorovodBroadcast_<variable>"): a rank that skipped that sync went on to the gradients'
-    allreduce, which crosses too, and is LS305's."""
-    missing = _missing_tensors(events)
+def _crossed(missing: dict[int, set[str]]) -> list[int]:
+    """The ranks each lacking a tensor another submitted while that one lacks one they submitted; none where a rank
+    lacks the framework's start-up parameter broadcast (TensorFlow's "HorovodBroadcast_<variable>"): a rank that
+    skipped that sync went on to the gradients' allreduce, which crosses too, and is LS305's."""
     if any(t.startswith("HorovodBroadcast_") for tensors in missing.values() for t in tensors):
-        return False
-    return any(missing[a] - missing[b] and missing[b] - missing[a] for a in missing for b in missing if a != b)
+        return []
+    return sorted(
+        {a for a in missing for b in missing if a != b and missing[a] - missing[b] and missing[b] - missing[a]}
+    )
 
 
 @check("horovod_stalled")
 def horovod_stalled(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """The ranks a Horovod collective waits for: missing from its stall lists, in every list that names them."""
-    if _crossed(events):
+    if _crossed(_missing_tensors(events)):
         return None  # ranks in different collectives: LS215
     rows = [e for e in events if not _is_broadcast(ctx, e)]
     if not rows or len(rows) < len(events):
@@ -72,7 +71,7 @@ def horovod_stalled(rule: Rule, ctx: Context, events: list[Event], params: dict[
 @check("horovod_broadcast_stalled")
 def horovod_broadcast_stalled(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """The ranks Horovod's start-up parameter broadcast waits for (LS305)."""
-    if _crossed(events):
+    if _crossed(_missing_tensors(events)):
         return None  # ranks in different broadcasts, not some ranks missing from one: LS215
     rows = [e for e in events if _is_broadcast(ctx, e)]
     return _waiting_for(ctx, rows) if rows else None

@@ -63,7 +63,8 @@ def _timed_out_in_the_constructor(ctx: Context, events: list[Event], world: int)
     """DDP, FSDP and DeepSpeed sync the parameters in their constructor, with no line of their own: timeouts whose
     traceback runs through that sync (`_sync_module_states`, `_verify_param_shape_across_processes`) waited there
     for the ranks of the world that neither timed out nor failed: those had not reached it."""
-    waiting = [e for e in events if e["rank"] is not None and _sync_frame(ctx, e) is not None]
+    frames = {id(e): f for e in events if e["rank"] is not None and (f := _sync_frame(ctx, e)) is not None}
+    waiting = [e for e in events if id(e) in frames]
     if not waiting:
         return None
     waiting_ranks = {rank for e in waiting if (rank := e["rank"]) is not None}
@@ -77,10 +78,9 @@ def _timed_out_in_the_constructor(ctx: Context, events: list[Event], world: int)
     )
     if not late:
         return None
-    frame = _sync_frame(ctx, waiting[0])
     said = f"rank(s) {', '.join(map(str, late))} neither timed out nor failed: they had not reached the sync"
     values = {
-        "sync_line": f"in {frame_function(frame)}, in the model wrapper's constructor" if frame else "",
+        "sync_line": f"in {frame_function(frames[id(waiting[0])])}, in the model wrapper's constructor",
         "waiting": sorted(waiting_ranks),
         "absent": late,
         "late": said,
