@@ -36,8 +36,9 @@ def test_only_rules_that_read_no_plain_log_show_an_example_they_do_not_run() -> 
         "LS221",
         "LS304",
         "LS307",
+        "LS308",
         "LS406",
-    ]  # dump files; per-rank files of a torchrun tree
+    ]  # dump files; every rank's SeqNum lines beside tracebacks; per-rank files of a torchrun tree
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])

@@ -494,7 +494,7 @@ class _Builder:
                 if "entry_rank" in f:
                     entry["rank"] = int(f["entry_rank"])
                     entry["local_rank"] = int(f["entry_local_rank"])
-                elif "exitcode" in f:
+                if "exitcode" in f:  # also on the rank's line, where a copy glued the two
                     entry["exitcode"] = int(f["exitcode"])
                     entry["pid"] = int_or_none(f.get("pid"))
                 elif f.get("key"):

@@ -133,7 +133,11 @@ def nccl_env(rows: list[Event]) -> dict[str, object]:
 
 def exit_code(rows: list[Event], kinds: Counter[str], ranks: RankFacts) -> int | None:
     """1 when the launcher gave up, 0 when the run ended, None when the logs do not say."""
-    ended = kinds["worker_group_finished"] > 0 or (bool(ranks) and all(info.get("ended") for info in ranks.values()))
+    ended = (
+        kinds["worker_group_finished"] > 0
+        or (bool(ranks) and all(info.get("ended") for info in ranks.values()))
+        or _every_spawned_process_succeeded(rows)
+    )
     # torchrun prints the ChildFailedError table only when it gives up; a failed worker followed by a restart whose
     # ranks all finished is a recovery, not a failed job.
     failed = bool(kinds["child_failure"]) or (
@@ -142,6 +146,13 @@ def exit_code(rows: list[Event], kinds: Counter[str], ranks: RankFacts) -> int |
     # torchrun stopped by a signal before its workers finished exits with an error, whatever ranks said of their loops.
     failed = failed or launcher_stopped(kinds)
     return 1 if failed else (0 if ended else None)
+
+
+def _every_spawned_process_succeeded(rows: list[Event]) -> bool:
+    """DeepSpeed's launcher said of every process it spawned that it exited successfully."""
+    spawned = {r["_f"].get("pid") for r in rows if r["kind"] == "launcher_process_spawned"}
+    succeeded = {r["_f"].get("pid") for r in rows if r["kind"] == "launcher_process_succeeded"}
+    return bool(spawned) and spawned <= succeeded
 
 
 def launcher_stopped(kinds: Collection[str]) -> bool:

@@ -53,6 +53,9 @@ _VARYING_KEY = re.compile(rf"{_VARYING_LEAD}(?:{_VARYING_WORDS})(?![a-z])")
 # A quantity per device, GPU or node is the job's setting ("per_device_train_batch_size",
 # "train_micro_batch_size_per_gpu"), not the rank's device.
 _PER_UNIT = re.compile(r"(?i)_?per_(?:device|gpu|node)")
+# A switch ("multi_gpu=False", "use_cuda: true") is the job's mode even where its name has a device's word: a
+# device or a shard of the rank's own is a number or a name, never a yes or no.
+_BOOLEAN = re.compile(r"(?i)(?:true|false|yes|no|on|off)$")
 # Settings named for what is the rank's own, not the job's: its identity, its place, its process.
 _OWN_KEY = re.compile(r"(?i)rank|member|group|world|\bid\b|_id|pid|host|node|name|restart")
 # `srun --label`'s task number before a line: the task is the rank.
@@ -69,6 +72,9 @@ _CPP_SOURCE = re.compile(r"\.(?:cc|cpp|cu|h|hpp):\d+\]")
 # A template about tensors going into a collective: a difference there is a collective mismatch. Whole words, so a
 # setting is not one: "DistributedType.MULTI_CPU, mixed_precision=bf16", "tensorboard_dir", "param_dtype".
 _TENSOR = re.compile(r"(?i)\btensors?\b|torch\.Size|shape|numel|\bdtype\b|bucket")
+# A setting of the communication layer ("NCCL_SOCKET_IFNAME=ens5"): a rank that differs there fails to connect, a
+# comm error its own lines show, or runs on with another transport.
+_COMM_SETTING = re.compile(r"(?:NCCL|GLOO|TORCH_NCCL|UCX|FI|TP_SOCKET)_[A-Z_]+$")
 # Two ranks' prints glued on one line when they wrote at once ("[rank 1] lr=0.001[rank 2] lr=0.01"): split before
 # a rank tag that does not start the line.
 _GLUED_TAG = re.compile(r"(?<=\S)(?=\[(?:rank|RANK|Rank) ?\d{1,5}\] )")
@@ -93,13 +99,20 @@ def _facets(
     else:
         return None
     rest = _CLOCK.sub(" ", rest)  # the time each rank printed the line is its own
-    if _DYNAMIC.search(_SETTING.sub(" ", rest)):  # free words about progress; a setting named so is only left out
+    # Free words about progress make a line of the loop; a setting named so ("gradient_accumulation_steps 2") is
+    # only left out.
+    if _DYNAMIC.search(_SPACED_SETTING.sub(" ", _SETTING.sub(" ", rest))):
         return None
     if _CPP_SOURCE.search(rest):  # a library's own C++ log line (gloo's retries, c10d's internals), not a setting
         return None
     template = " ".join(_NUMBER.sub("0", rest).split())
-    found = _SETTING.findall(rest) or _SPACED_SETTING.findall(rest)
-    settings = [(k, v) for k, v in found if not _VARYING_KEY.search(_PER_UNIT.sub("", k)) and not _DYNAMIC_KEY.match(k)]
+    # Both spellings: "ds config: micro_batch 8 gradient_accumulation_steps 2" has a "key: word" and spaced settings.
+    found = _SETTING.findall(rest) + _SPACED_SETTING.findall(rest)
+    settings = [
+        (k, v)
+        for k, v in found
+        if (_BOOLEAN.match(v) or not _VARYING_KEY.search(_PER_UNIT.sub("", k))) and not _DYNAMIC_KEY.match(k)
+    ]
     if settings:
         # The same line on every rank whatever its settings' values, words included ("lr_schedule=constant").
         skeleton = " ".join(_NUMBER.sub("0", _SETTING.sub(r"\1=", rest)).split())
@@ -181,7 +194,9 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
     seen: set[int] = set()  # one event per rank: its first differing line says enough
     for facet, per_rank in first.items():
         about_what = "tensor" if _TENSOR.search(about[facet]) else "setting"
-        if len(per_rank) == 2 and about_what == "setting" and 0 in per_rank:
+        if about_what == "setting" and _COMM_SETTING.match(facet.rsplit(" | ", 1)[-1]):
+            about_what = "comm_setting"
+        if len(per_rank) == 2 and about_what in ("setting", "comm_setting") and 0 in per_rank:
             # Two ranks and no majority: the one that is not rank 0 (whose parameters and config the others take)
             # differs from it (rule LS409).
             (other,) = set(per_rank) - {0}

@@ -36,6 +36,19 @@ _VARYING = re.compile(
 _KEY = re.compile(r"^(.{1,40}?)(?:: |=)")
 
 
+# A line of the loop or of its end: the start-up is over (a short run's first 80 lines may reach its last, and
+# ranks end differently by design: "done" on rank 0, "evaluation runs on rank 0 only, exiting" on the others).
+_LOOP_OR_END = re.compile(
+    r"(?i)(?<![a-z_])(?:epoch|iter\w*|step|steps|done|finished|exiting|completed?)(?![a-z_])|\d+\s*/\s*\d+\s*\["
+)
+
+
+def _before_the_loop(head: list[str]) -> list[str]:
+    """The rank's lines before its first line of the training loop or of its end."""
+    end = next((n for n, raw in enumerate(head) if _LOOP_OR_END.search(raw)), len(head))
+    return head[:end]
+
+
 def _template(text: str) -> str | None:
     line = _SPACE.sub(" ", _DIGITS.sub("0", normalise(text).text)).strip()
     if len(line) < 4 or _VARYING.search(line):
@@ -60,7 +73,7 @@ def startup_differences(sources: list[Source], openers: dict[str, Callable[[], I
                 head = handle.read(HEAD_BYTES).decode("utf-8", errors="replace").splitlines()[:HEAD_LINES]
         except READ_ERRORS:
             continue
-        lines = [(n, raw, t) for n, raw in enumerate(head, 1) if (t := _template(raw)) is not None]
+        lines = [(n, raw, t) for n, raw in enumerate(_before_the_loop(head), 1) if (t := _template(raw)) is not None]
         if lines:
             heads[sid] = (src, lines)
     if len(heads) < MIN_RANKS:

@@ -89,6 +89,11 @@ _PY_GENERIC = re.compile(
     r"- (?P<lvl5>DEBUG|INFO|WARNING|ERROR|CRITICAL) - [\w.]+ -) "
 )
 
+# TensorFlow's C++ logger (and absl's in TF builds): "2019-11-11 11:45:07.181990: E tensorflow/core/ring_alg.cc:279] ".
+_TF_CPP = re.compile(
+    r"(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)\.\d{6}: (?P<sev>[IWEF]) [\w./-]+\.(?:cc|cpp|h):\d+\] "
+)
+
 _SEVERITY = {"F": "error", "E": "error", "C": "error", "W": "warning", "I": "info", "V": "info", "D": "info"}
 _LEVEL_WORD = {
     "DEBUG": "info",
@@ -184,7 +189,11 @@ def normalise(raw: str) -> Line:
                 line.actor_pid = int(m["pid"])
                 prefixes.append("ray")
         elif text[:1].isdigit():
-            if (m := _KIT.match(text)) is not None or (m := _PY_GENERIC.match(text)) is not None:
+            if (m := _TF_CPP.match(text)) is not None:
+                line.level = _SEVERITY[m["sev"]]
+                line.ts_text, line.ts = f"{m['date']} {m['hms']}", _epoch(m["date"], m["hms"])
+                prefixes.append("logging")
+            elif (m := _KIT.match(text)) is not None or (m := _PY_GENERIC.match(text)) is not None:
                 found = m.groupdict()
                 lvl = next((found[k] for k in ("lvl", "lvl2", "lvl3", "lvl4", "lvl5") if found.get(k)), None)
                 line.level = _LEVEL_WORD.get(lvl or "", line.level)

@@ -388,11 +388,7 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
         # Each rank names the one it disagrees with; the rank most of them name is the odd one out.
         return _most_named(named)
     if strategy == "peers_of_reporter":
-        world = ctx.job.get("world_size") or 0
-        if world == 2 and len(reporters) == 1:
-            return [1 - reporters[0]]
-        peers = sorted(ctx.visible - set(reporters))
-        return peers if len(peers) == 1 else []
+        return _peers_of_reporter(ctx, hit, reporters)
     if (
         strategy in ("laggards", "laggards_or_silent_peers", "silent_peers")
         and ctx.job.get("world_size") == 1
@@ -413,11 +409,24 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     return reporters
 
 
+def _peers_of_reporter(ctx: Context, hit: Hit, reporters: list[int]) -> list[int]:
+    """The peer that sent the receiving rank a message of another size: the other rank of two, or the only other
+    visible rank."""
+    world = ctx.job.get("world_size") or 0
+    if world == 2 and len(reporters) == 1:
+        return [1 - reporters[0]]
+    peers = sorted(ctx.visible - set(reporters))
+    return peers if len(peers) == 1 else []
+
+
 def _against_reference(ctx: Context, rule: Rule, hit: Hit) -> list[int]:
     """Each line names the rank that found itself different (`culprit_fields[0]`) from a reference rank
     (`culprit_fields[1]`: DDP compares every process's parameters with process 0's). Where every other rank of
     the world found itself different from the same reference, the reference is the odd one; else the ones that
     did."""
+    counted = _by_reported_counts(hit)
+    if counted is not None:
+        return counted
     named = _named_ranks(ctx, hit, rule.culprit_fields[:1])
     references = set(_named_ranks(ctx, hit, rule.culprit_fields[1:2]))
     world = ctx.job.get("world_size")
@@ -426,6 +435,35 @@ def _against_reference(ctx: Context, rule: Rule, hit: Hit) -> list[int]:
         if set(named) == set(range(world)) - {ref}:
             return [ref]
     return _most_named(named)  # else, as `fields_majority`
+
+
+def _by_reported_counts(hit: Hit) -> list[int] | None:
+    """Where the lines give counts ("Rank 0 has 6 params, while rank 2 has inconsistent 8 params"): each rank's own
+    count, else the count a peer saw of it; the ranks whose count is not the most common one (on a tie, not the
+    count rank 0 gave of itself: every rank compares itself with rank 0). A rank whose own count and a peer's view
+    of it differ means the numbers were not counts (a rank outside the check sent other data): nobody is named.
+    None: the lines give no counts."""
+    own: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    for e in hit.events:
+        f = e["_f"]
+        if f.get("params_a") is None or f.get("rank_a") is None:
+            continue
+        own[int(f["rank_a"])] = int(f["params_a"])
+        if f.get("rank_b") is not None and f.get("params_b") is not None:
+            seen[int(f["rank_b"])] = int(f["params_b"])
+    if not own:
+        return None
+    if any(rank in own and own[rank] != count for rank, count in seen.items()):
+        return []
+    counts = {**seen, **own}
+    tally = Counter(counts.values()).most_common()
+    usual = tally[0][0]
+    if len(tally) > 1 and tally[0][1] == tally[1][1]:
+        if 0 not in own:
+            return None  # a tie, and rank 0 did not say its own count: as the lines name the ranks
+        usual = own[0]
+    return sorted(rank for rank, count in counts.items() if count != usual)
 
 
 def _named_ranks(ctx: Context, hit: Hit, fields: tuple[str, ...]) -> Counter[int]:

@@ -37,6 +37,8 @@ _REMOTE_WORDING = regex.compile(
     + PEER_CAUSED.pattern
 )
 # Categories whose findings are symptoms that another rank's failure produces.
+# The rule for a rank that printed another NCCL/gloo setting (rules/LS410_comm_setting_differs.yaml).
+COMM_SETTING_RULE = "LS410"
 SYMPTOMS = frozenset({"collective_timeout", "comm_error", "stall", "crash"})
 # Categories that are a cause of their own (a rank's own fault or a disagreement between ranks).
 CAUSES = frozenset(
@@ -141,6 +143,10 @@ def _explainer(
             explains = f["category"] in SYMPTOMS and bool(f["ranks"]) and set(f["ranks"]) <= set(g["ranks"])
         elif (remote_only[id(f)] and (g["culprit_ranks"] or g["ranks"])) or late_rendezvous:
             explains = True
+        elif f["rule"] == COMM_SETTING_RULE and g["category"] == "comm_error":
+            # The rank's own communication setting differs and its communication layer failed: the failure is what
+            # the verdict names (the labelling guide's comm_error), the setting says why.
+            explains = bool(set(f["culprit_ranks"]) & (set(g["culprit_ranks"]) | set(g["ranks"])))
         elif f["category"] == "comm_error" and g["category"] in ENDS_A_PROCESS and _went_away_failing(f, g):
             # The peer that went away had failed itself (timed out, crashed): that failure ended the connection.
             explains = True
@@ -156,6 +162,16 @@ def _explainer(
         elif f["category"] == "oom" and g["specificity"] > f["specificity"] and _reads_the_same_lines(f, g):
             # A more specific rule read the same out-of-memory line as something else (a size of terabytes that
             # an object collective read off the wire): its reading is the cause.
+            explains = True
+        elif (
+            f["category"] in ("collective_timeout", "rendezvous_failure")
+            and not f["culprit_ranks"]
+            and g["category"] == "config_disagreement"
+            and g["culprit_ranks"]
+            and not set(g["culprit_ranks"]) & erred
+        ):
+            # Ranks waited for nobody they could name, and the rank(s) set up differently failed nowhere: they ran
+            # apart (another mode, another world), which is what the others waited for.
             explains = True
         elif f["category"] == "collective_mismatch" and g["category"] == "config_disagreement":
             # Ranks that run with different settings call different collectives: the disagreement is the cause.

@@ -43,6 +43,7 @@ from logscope.rules.checks import (  # noqa: F401  (each module registers its ch
     root_cause_crash,
     seeds_not_offset,
     single_rank,
+    skipped_constructor_sync,
     stall,
     store_lost_after_world_formed,
     store_lost_before_world_formed,

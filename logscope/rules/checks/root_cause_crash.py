@@ -35,6 +35,7 @@ from logscope.rules.checks.failures import (
     warned_before,
 )
 from logscope.rules.checks.world import raised_joining_world
+from logscope.values import int_ranges
 from logscope.vocab import Event
 
 # A rank's own failure lines that say more than its exit code does.
@@ -83,6 +84,10 @@ def root_cause_crash(rule: Rule, ctx: Context, events: list[Event], params: dict
     if not ranked and (named := only_failed_worker(ctx)):
         # An own failure that names no rank (a pasted traceback) is the one rank its launcher reports failed.
         culprits, best = named, {named[0]: best[None]}
+    elif not ranked and (aborted := _launcher_named_aborted(ctx)):
+        # An own failure that names no rank, and the launcher named the ranks it saw abort (PaddlePaddle's "the
+        # trainer process with rank=[0, 2] was aborted"): those ranks.
+        culprits, best = aborted, dict.fromkeys(aborted, best[None])
     elif not ranked and (everyone := _every_rank_alike(ctx, causes)):
         culprits, best = everyone, dict.fromkeys(everyone, best[None])
     evidence = [best[r] for r in culprits] + [e for e in causes if e["rank"] not in culprits]
@@ -164,6 +169,11 @@ def _every_rank_alike(ctx: Context, causes: list[Event]) -> list[int]:
     if not isinstance(world, int) or world < 2 or len(said) != world or len(set(said)) != 1:
         return []
     return list(range(world))
+
+
+def _launcher_named_aborted(ctx: Context) -> list[int]:
+    """The ranks a launcher's report names as aborted, several on one line."""
+    return sorted({r for e in ctx.by_kind.get("exit_report", []) for r in int_ranges(e["_f"].get("ranks"))})
 
 
 def _named_in_the_exception(causes: list[Event]) -> list[int] | None:

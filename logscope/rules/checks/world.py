@@ -20,8 +20,12 @@ JOIN_FUNCTIONS = frozenset(
         "_file_rendezvous_handler",
         "next_rendezvous",
         "_rendezvous",
+        "init_distributed",  # DeepSpeed's deepspeed.init_distributed
     }
 )
+# Joins named too generally to go by the function alone: the function in a file whose path has the word
+# (JAX's jax.distributed.initialize, jax/_src/distributed.py, whose coordination barrier waits for every process).
+JOIN_IN_FILE = {"initialize": "distributed"}
 JOIN_FAILURE = regex.compile(
     r"(?i)time(?:d)?[ -]?out|connection refused|failed to connect|connect\(\)|address already in use|eaddrinuse|"
     r"name or service not known|no route to host|connection reset"
@@ -42,4 +46,10 @@ def raised_joining_world(ctx: Context, exception: Event) -> Event | None:
     if exception["kind"] != "python_exception" or not JOIN_FAILURE.search(str(exception["_f"].get("reason") or "")):
         return None
     frames = traceback_frames(ctx, exception)
-    return next((f for f in reversed(frames) if frame_function(f) in JOIN_FUNCTIONS), None)
+    return next((f for f in reversed(frames) if _joins(f)), None)
+
+
+def _joins(frame: Event) -> bool:
+    function = frame_function(frame)
+    word = JOIN_IN_FILE.get(function)
+    return function in JOIN_FUNCTIONS or (word is not None and word in str(frame["_f"].get("file") or ""))
