@@ -774,10 +774,14 @@ class _Builder:
         events = events_frame(self.rows)
         # A rank's whole output is here when it comes from its own file in a torchrun tree, or its lines hold the
         # start of its run (a console capture from the launch on, not a pasted cut of one).
+        # A launcher's console that shows it starting its processes ("process N spawned with command") holds each
+        # of its workers' output from the start too.
+        spawned_in = {row["sid"] for row in self.rows if row["kind"] == "launcher_process_spawned"}
         complete = {
             row["rank"]
             for row in self.rows
-            if row["rank"] is not None and (row["node"] is not None or row["phase"] in EARLY_PHASES)
+            if row["rank"] is not None
+            and (row["node"] is not None or row["phase"] in EARLY_PHASES or row["sid"] in spawned_in)
         }
         states = build_states(self.rows, rank_rows, complete, handled)
         return Aligned(
