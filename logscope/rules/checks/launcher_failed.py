@@ -29,6 +29,8 @@ def launcher_failed(rule: Rule, ctx: Context, events: list[Event], params: dict[
     """The launcher's own traceback (torchrun's, DeepSpeed's runner) and no worker ever printed: the launch failed."""
     if not events or any(ctx.by_kind.get(k) for k in WORKER_KINDS) or ctx.visible:
         return None
+    if ctx.by_kind.get("agent_death_signal"):
+        return None  # its traceback is the signal that stopped it from outside (SignalException), not a failed launch
     rdzv = [e for e in events if "rendezvous" in str(e["_f"].get("module", "")) or e["_f"].get("fn") == "_rendezvous"]
     hit = Hit(
         (rdzv or events)[:6],
