@@ -19,6 +19,7 @@ each other's shared modules, never the loader or the engine.
 from logscope.rules.checks import (  # noqa: F401  (each module registers its check on import)
     accelerate_shapes,
     all_ranks_aborted,
+    collective_said_timeout,
     connect_retries_unresolved,
     detail_mismatch,
     different_collective_calls,

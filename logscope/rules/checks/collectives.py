@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import regex
+
 from logscope.rules.api import API_OPTYPE, Context
 from logscope.rules.checks.failures import comm_ranks
+from logscope.rules.checks.rows import traceback_frames
 from logscope.vocab import Event
 
 # The call a rank was in when its gradient collective failed: DDP's all_reduce runs in the autograd engine's hooks.
@@ -30,3 +33,28 @@ def last_calls(ctx: Context, events: list[Event]) -> dict[int, Event]:
             continue
         last[e["rank"]] = e
     return last
+
+
+# A backend's own words that a collective waited too long: HCCL's "Getting socket times out", gloo's and NCCL's
+# "Timed out", a gRPC "DEADLINE_EXCEEDED".
+TIMED_OUT = regex.compile(r"(?i)\btim(?:ed|es)[ -]?out\b|\btimeout\b|deadline[ _]exceeded")
+# How many lines after an exception may still be its message (a backend's diagnosis printed on the next lines).
+MESSAGE_LINES = 3
+
+
+def timed_out_in_a_collective(ctx: Context, exception: Event) -> Event | None:
+    """The torch.distributed collective frame of `exception`'s traceback, where the exception (or the lines of its
+    message right after it) says the collective timed out: the rank waited, whatever the backend (HCCL, gloo,
+    NCCL), so the failure is not its own."""
+    if exception["kind"] != "python_exception":
+        return None
+    frames = [f for f in traceback_frames(ctx, exception) if call_name(f) not in (None, BACKWARD)]
+    if not frames:
+        return None
+    after = [
+        text
+        for line, text in ctx.aligned.contexts.get((exception["sid"], exception["line"]), [])
+        if exception["line"] < line <= exception["line"] + MESSAGE_LINES
+    ]
+    said = " ".join([str(exception["_f"].get("reason") or ""), *after])
+    return frames[-1] if TIMED_OUT.search(said) else None

@@ -24,6 +24,7 @@ from logscope.rules.api import (
     Rule,
     check,
 )
+from logscope.rules.checks.collectives import timed_out_in_a_collective
 from logscope.rules.checks.failures import (
     COMM_KINDS,
     NOT_A_CAUSE_EXC,
@@ -274,6 +275,8 @@ def _exception_is_own(ctx: Context, e: Event, victims: set[int | None]) -> bool:
         return False  # e.g. "RuntimeError: NCCL error in: ...": a communication error raised as an exception
     if raised_joining_world(ctx, e) is not None:
         return False  # the world never formed: LS606 reports it
+    if timed_out_in_a_collective(ctx, e) is not None:
+        return False  # it waited in a collective that timed out: LS107 (or LS101) reports it
     if kind == "error_file" and message_kind(e["text"]) in COMM_KINDS:
         return False
     return not (rank is not None and rank in victims and kind == "error_file")
