@@ -205,7 +205,6 @@ def test_the_yaml_loader_constructs_no_python_objects() -> None:
 PAYLOADS = [b'<script>alert("logscope")</script>', b'"><img src=x onerror=alert(1)>', b"javascript:alert(2)"]
 
 
-@pytest.mark.skipif(not (REPO / "logscope/report/html.py").exists(), reason="no HTML reporter")
 def test_html_report_escapes_log_text(run_copy: Copy, tmp_path: Path) -> None:
     run = run_copy()
     log = run / RANK0 / "stderr.log"
