@@ -388,7 +388,11 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
         # Each rank names the one it disagrees with; the rank most of them name is the odd one out.
         return _most_named(named)
     if strategy == "peers_of_reporter":
-        return _peers_of_reporter(ctx, hit, reporters)
+        world = ctx.job.get("world_size") or 0
+        if world == 2 and len(reporters) == 1:
+            return [1 - reporters[0]]
+        peers = sorted(ctx.visible - set(reporters))
+        return peers if len(peers) == 1 else []
     if (
         strategy in ("laggards", "laggards_or_silent_peers", "silent_peers")
         and ctx.job.get("world_size") == 1
@@ -407,16 +411,6 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if strategy == "minority":
         return reporters if len(reporters) * 2 < max(len(ctx.visible), 1) else []
     return reporters
-
-
-def _peers_of_reporter(ctx: Context, hit: Hit, reporters: list[int]) -> list[int]:
-    """The peer that sent the receiving rank a message of another size: the other rank of two, or the only other
-    visible rank."""
-    world = ctx.job.get("world_size") or 0
-    if world == 2 and len(reporters) == 1:
-        return [1 - reporters[0]]
-    peers = sorted(ctx.visible - set(reporters))
-    return peers if len(peers) == 1 else []
 
 
 def _against_reference(ctx: Context, rule: Rule, hit: Hit) -> list[int]:

@@ -36,9 +36,9 @@ _REMOTE_WORDING = regex.compile(
     r"[Bb]roken pipe|peer .{0,40}(?:closed|exited)|recvValue failed|sendBytes failed|failed to recv, got 0 bytes|"
     + PEER_CAUSED.pattern
 )
-# Categories whose findings are symptoms that another rank's failure produces.
 # The rule for a rank that printed another NCCL/gloo setting (rules/LS410_comm_setting_differs.yaml).
 COMM_SETTING_RULE = "LS410"
+# Categories whose findings are symptoms that another rank's failure produces.
 SYMPTOMS = frozenset({"collective_timeout", "comm_error", "stall", "crash"})
 # Categories that are a cause of their own (a rank's own fault or a disagreement between ranks).
 CAUSES = frozenset(

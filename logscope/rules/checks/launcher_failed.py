@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from logscope.align.job import launcher_stopped
 from logscope.events.catalogue import kinds
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.vocab import Event
@@ -29,7 +30,7 @@ def launcher_failed(rule: Rule, ctx: Context, events: list[Event], params: dict[
     """The launcher's own traceback (torchrun's, DeepSpeed's runner) and no worker ever printed: the launch failed."""
     if not events or any(ctx.by_kind.get(k) for k in WORKER_KINDS) or ctx.visible:
         return None
-    if ctx.by_kind.get("agent_death_signal"):
+    if launcher_stopped({kind for kind, rows in ctx.by_kind.items() if rows}):
         return None  # its traceback is the signal that stopped it from outside (SignalException), not a failed launch
     rdzv = [e for e in events if "rendezvous" in str(e["_f"].get("module", "")) or e["_f"].get("fn") == "_rendezvous"]
     hit = Hit(

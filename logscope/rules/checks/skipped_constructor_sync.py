@@ -26,7 +26,7 @@ def skipped_constructor_sync(rule: Rule, ctx: Context, events: list[Event], para
 def _in_calls_before_training(ctx: Context) -> Hit | None:
     """Most ranks failed in a broadcast with no progress line of theirs before it (the initial parameter broadcast),
     the others in another call."""
-    calls = {rank: e for rank, e in last_calls(ctx, ctx.by_kind.get("c10d_call", [])).items() if call_name(e)}
+    calls = last_calls(ctx, ctx.by_kind.get("c10d_call", []))  # (each one a collective call: call_name is set)
     if len(calls) < 3:
         return None
     by_call = Counter(str(call_name(e)) for e in calls.values())
