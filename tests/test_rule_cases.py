@@ -37,8 +37,11 @@ def test_only_rules_that_read_no_plain_log_show_an_example_they_do_not_run() -> 
         "LS304",
         "LS307",
         "LS308",
+        "LS309",
         "LS406",
-    ]  # dump files; every rank's SeqNum lines beside tracebacks; per-rank files of a torchrun tree
+        "LS704",
+    ]  # dump files; every rank's SeqNum lines beside tracebacks or PG status lines; per-rank files of a torchrun
+    # tree; a signal line weighed against every other rank's errors
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])

@@ -50,6 +50,8 @@ MAX_WORLD = 65536
 OWN_RANK_KINDS = IDENTITY_KINDS | kinds("sync_start")
 # Kinds whose lines name the rank they are about, and the field that holds it (signatures.yaml `names_rank`).
 NAMES_RANK = {s.kind: s.names_rank for s in catalogue().signatures if s.names_rank}
+# Lines that name the local rank of the process they are about: its rank on one node (`worker_failed_ranks`).
+LOCAL_RANK_KINDS = frozenset({"worker_failed", "process_exit", "signal_received"})
 # A training script's rank tag at the start of its message, after any logger prefix: "[RANK 0] ...", "[rank 1] ...",
 # also behind bracketed fields of its own logger and with the world size: "[10:09:59][rank1/4][INFO] ...", or behind a
 # bare clock: "16:21:51 [rank0] training loop finished".
@@ -626,16 +628,18 @@ class _Builder:
             row["fields"] = json.dumps(row["_f"])
 
     def worker_failed_ranks(self) -> None:
-        """torchrun's `failed (exitcode: N) local_rank: L` names a local rank of the agent's own node: the only
-        node, or the one log tree beside the console (a node's folder holding its console and its --log_dir). Its pid
-        is surer where torchrun's failure table gives that pid's global rank (several nodes' consoles side by side)."""
+        """torchrun's `failed (exitcode: N) local_rank: L` (a legacy launcher's failed command with its
+        '--local_rank=L', Lightning's "[rank: L] Received SIGTERM") names a local rank of the agent's own node: the
+        only node, or the one log tree beside the console (a node's folder holding its console and its --log_dir).
+        Its pid is surer where torchrun's failure table gives that pid's global rank (several nodes' consoles side by
+        side)."""
         by_pid = {
             (int_or_none(r["_f"].get("pid")), r["sid"]): r["rank"]
             for r in self.rows
             if r["kind"] == "child_failure" and r["rank"] is not None
         }
         for row in self.rows:
-            if row["kind"] == "worker_failed" and row["rank"] is None:
+            if row["kind"] in LOCAL_RANK_KINDS and row["rank"] is None:
                 local = int_or_none(row["_f"].get("local_rank"))
                 named = by_pid.get((int_or_none(row["_f"].get("pid")), row["sid"]))
                 if named is not None:

@@ -148,6 +148,12 @@ def exit_code(rows: list[Event], kinds: Counter[str], ranks: RankFacts) -> int |
     return 1 if failed else (0 if ended else None)
 
 
+def exit_status_seen(rows: list[Event]) -> bool:
+    """The launcher itself said that its workers finished (torchrun's group finished, DeepSpeed's successes): the
+    job's exit status 0 is in the logs, not inferred from every rank's end line."""
+    return any(r["kind"] == "worker_group_finished" for r in rows) or _every_spawned_process_succeeded(rows)
+
+
 def _every_spawned_process_succeeded(rows: list[Event]) -> bool:
     """DeepSpeed's launcher said of every process it spawned that it exited successfully."""
     spawned = {r["_f"].get("pid") for r in rows if r["kind"] == "launcher_process_spawned"}

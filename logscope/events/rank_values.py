@@ -37,6 +37,14 @@ _DYNAMIC = re.compile(
 )
 # A setting named for the loop's progress ("step=12", "global_step: 40"); "grad_accum_steps" or "max_steps" is the
 # job's configuration.
+# A logger's name before the script's rank tag ("r25e.train: [RANK 1] ...") reads as a setting whose value is the tag.
+_RANK_TAG_VALUE = re.compile(r"(?i)\[rank\b")
+# A step's count after its word: "step 8", "epoch=3", "iteration 120/500".
+_PINNED = re.compile(r"(?i)(?<![a-z])(?:epoch|iter|iteration|step)\s*[:=#]?\s*\d+(?:\s*/\s*\d+)?(?![\d.])[ :,]*")
+_DIGITS_AS_LETTERS = str.maketrans("0123456789", "abcdefghij")
+# The facet of a line pinned to a step of the loop: a number there is what the rank computed or fed a collective at
+# that step (a tensor's width), not a setting.
+LOOP_FACET = "@loop "
 _DYNAMIC_KEY = re.compile(r"(?i)(?:global[_ ]?)?(?:epoch|epochs|iter\w*|step|steps|it|seq\w*|elapsed|eta)$")
 # Values that differ between healthy ranks or runs: metrics, clocks, hosts, addresses, paths, process ids,
 # devices and data shards (for a line, anywhere in it; for a setting, its name). Seeds are compared: offset by the
@@ -99,10 +107,16 @@ def _facets(
     else:
         return None
     rest = _CLOCK.sub(" ", rest)  # the time each rank printed the line is its own
-    # Free words about progress make a line of the loop; a setting named so ("gradient_accumulation_steps 2") is
-    # only left out.
-    if _DYNAMIC.search(_SPACED_SETTING.sub(" ", _SETTING.sub(" ", rest))):
+    # A progress word with its count ("step 8:", "epoch=3") pins the line to that moment: the same line at the same
+    # step is compared across ranks (what each rank fed a collective then). Its digits become letters so that they
+    # stay in the template and are no value.
+    pinned = _PINNED.sub(lambda m: "<" + m[0].rstrip(" :,").translate(_DIGITS_AS_LETTERS) + ">", rest)
+    # Other free words about progress make a line of the loop; a setting named so ("gradient_accumulation_steps 2")
+    # is only left out.
+    if _DYNAMIC.search(_SPACED_SETTING.sub(" ", _SETTING.sub(" ", _PINNED.sub(" ", rest)))):
         return None
+    loop = pinned != rest
+    rest = pinned
     if _CPP_SOURCE.search(rest):  # a library's own C++ log line (gloo's retries, c10d's internals), not a setting
         return None
     template = " ".join(_NUMBER.sub("0", rest).split())
@@ -111,7 +125,9 @@ def _facets(
     settings = [
         (k, v)
         for k, v in found
-        if (_BOOLEAN.match(v) or not _VARYING_KEY.search(_PER_UNIT.sub("", k))) and not _DYNAMIC_KEY.match(k)
+        if (_BOOLEAN.match(v) or not _VARYING_KEY.search(_PER_UNIT.sub("", k)))
+        and not _DYNAMIC_KEY.match(k)
+        and not _RANK_TAG_VALUE.match(v)
     ]
     if settings:
         # The same line on every rank whatever its settings' values, words included ("lr_schedule=constant").
@@ -120,7 +136,7 @@ def _facets(
     if _VARYING.search(rest):
         return None
     values = tuple(_NUMBER.findall(rest))
-    return (rank, [(template, values, text)]) if values else None
+    return (rank, [((LOOP_FACET if loop else "") + template, values, text)]) if values else None
 
 
 def _pair_differs(facet: str, rank: int, mine: _Said, rank0: _Said) -> bool:
@@ -193,7 +209,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
     rows: list[Event] = []
     seen: set[int] = set()  # one event per rank: its first differing line says enough
     for facet, per_rank in first.items():
-        about_what = "tensor" if _TENSOR.search(about[facet]) else "setting"
+        about_what = "tensor" if _TENSOR.search(about[facet]) or facet.startswith(LOOP_FACET) else "setting"
         if about_what == "setting" and _COMM_SETTING.match(facet.rsplit(" | ", 1)[-1]):
             about_what = "comm_setting"
         if len(per_rank) == 2 and about_what in ("setting", "comm_setting") and 0 in per_rank:

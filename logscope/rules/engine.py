@@ -15,9 +15,10 @@ from typing import Any
 import regex
 
 from logscope.align.model import Aligned
+from logscope.align.state import PROGRESS_KINDS
 from logscope.events.catalogue import kinds
 from logscope.ingest.normalise import nccl_process
-from logscope.rules.api import API_OPTYPE, CHECKS, REMOTE_KINDS, Context, Hit, Rule, breaks_own_pattern
+from logscope.rules.api import API_OPTYPE, CHECKS, COMM_FAMILY, REMOTE_KINDS, Context, Hit, Rule, breaks_own_pattern
 from logscope.rules.checks.failures import first_own_error, only_failed_worker
 from logscope.values import int_or_none
 from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER, Event, Evidence, Finding, Phase
@@ -153,6 +154,17 @@ def cond_last_event(rule: Rule, ctx: Context, events: list[Event]) -> Hit | None
         stuck.append(unranked[-1])
     if not stuck:
         return None
+    # The sync is a collective: progress printed after a sync line in that line's own file (rank 0's loop printing
+    # without a rank prefix, as rsl_rl's does) shows that it completed, and so it did on every rank.
+    # An unranked communication error after it there (gloo's size check in an unprefixed console) says that the
+    # sync failed, and why: the rule that reads that error reports it.
+    after = [
+        r
+        for r in ctx.rows
+        if r["kind"] in PROGRESS_KINDS or (r["rank"] is None and r["level"] == "error" and r["kind"] in COMM_FAMILY)
+    ]
+    if any(a["sid"] == s["sid"] and a["line"] > s["line"] for s in stuck for a in after):
+        return None
     ranks = {e["rank"] for e in stuck if e["rank"] is not None}
     reached_past = sorted(
         r
@@ -192,7 +204,9 @@ def cond_field_differs(rule: Rule, ctx: Context, events: list[Event]) -> Hit | N
     culprits: set[int] = set()
     names: list[str] = []
     # For a wildcard family, the ranks whose logs echo that family at all: a variable one of them does not
-    # echo while another does is unset there (NCCL prints "... set by environment" only for what is set).
+    # echo while another does is unset there (NCCL prints "... set by environment" only for what is set). A line
+    # of only per-host variables (a script's "NCCL_SOCKET_IFNAME=lo" in its start line) is no echo of the family:
+    # a rank that failed before NCCL echoed its settings has none.
     echoing: dict[str, set[int]] = {}
     for name in rule.condition["fields"]:
         if name.endswith("*"):  # every field with that prefix, e.g. NCCL_* from the env echo lines
@@ -204,7 +218,7 @@ def cond_field_differs(rule: Rule, ctx: Context, events: list[Event]) -> Hit | N
                 for e in events
                 if (rank := e["rank"]) is not None
                 and _latest_attempt(ctx, e)
-                and any(k.startswith(prefix) for k in e["_f"])
+                and any(k.startswith(prefix) and k not in PER_HOST_VARS for k in e["_f"])
             }
             echoing.update(dict.fromkeys(found, echoers))
         else:

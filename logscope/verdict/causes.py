@@ -39,6 +39,12 @@ _REMOTE_WORDING = regex.compile(
 # The rule for a rank that printed another NCCL/gloo setting (rules/LS410_comm_setting_differs.yaml).
 COMM_SETTING_RULE = "LS410"
 # Categories whose findings are symptoms that another rank's failure produces.
+# Exceptions a program raises on its own bad data or code: where the rank that runs with another setting raises one,
+# its crash stands (config_disagreement only says where to look).
+PROGRAMMING_ERRORS = frozenset(
+    {"TypeError", "ValueError", "KeyError", "IndexError", "AttributeError", "NameError", "AssertionError"}
+)
+_EXCEPTION_TYPE = regex.compile(r"(?:^|[\s:])(?:[A-Za-z_]\w*\.)*(?P<type>[A-Za-z_]\w*(?:Error|Exception)): ")
 SYMPTOMS = frozenset({"collective_timeout", "comm_error", "stall", "crash"})
 # Categories that are a cause of their own (a rank's own fault or a disagreement between ranks).
 CAUSES = frozenset(
@@ -173,6 +179,10 @@ def _explainer(
             # Ranks waited for nobody they could name, and the rank(s) set up differently failed nowhere: they ran
             # apart (another mode, another world), which is what the others waited for.
             explains = True
+        elif f["category"] == g["category"] == "collective_mismatch" and not f["culprit_ranks"] and g["culprit_ranks"]:
+            # A mismatch that names nobody (gloo's size check) beside one that names the rank whose tensor
+            # differed: one failure, and the second says whose it is.
+            explains = True
         elif f["category"] == "collective_mismatch" and g["category"] == "config_disagreement":
             # Ranks that run with different settings call different collectives: the disagreement is the cause.
             explains = True
@@ -180,8 +190,13 @@ def _explainer(
             # A rank that runs with another setting than its peers fails of it (its loss diverges), every rank's
             # check that the replicas agree raises, or all its peers fail taking its parameters (a model of
             # another size): the setting is the cause. A crash of some other rank is not.
+            # A programming error of the odd rank's own (a TypeError on a string it was given, a ValueError of its
+            # own check) is a bug its code path hits, which one GPU with that setting would hit too: the crash is
+            # the cause, the setting where to look.
             crashed, odd = set(f["culprit_ranks"]), set(g["culprit_ranks"])
-            explains = crashed == odd or (len(crashed) >= 2 and (crashed == world or crashed == world - odd))
+            explains = (crashed == odd and not _programming_error(f)) or (
+                len(crashed) >= 2 and (crashed == world or crashed == world - odd)
+            )
         elif f["category"] in SYMPTOMS and g["specificity"] > f["specificity"]:
             # A more specific finding explains this one when it names who the others waited for, or this one
             # names nobody; a rank's own crash does not explain a disagreement found elsewhere.
@@ -196,6 +211,13 @@ def _explainer(
         if explains and (best is None or g["specificity"] > best["specificity"]):
             best = g
     return best
+
+
+def _programming_error(f: Finding) -> bool:
+    """Every exception among the finding's evidence is one a program raises on its own bad data (TypeError,
+    ValueError, KeyError...), not one from what its peers sent it (a RuntimeError loading their parameters)."""
+    types = {m["type"] for item in f["evidence"] if (m := _EXCEPTION_TYPE.search(item["text"])) is not None}
+    return bool(types) and types <= PROGRAMMING_ERRORS
 
 
 def _reads_the_same_lines(f: Finding, g: Finding) -> bool:

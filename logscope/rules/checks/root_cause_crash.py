@@ -148,12 +148,15 @@ def _bare_exit(ctx: Context, e: Event, victims: set[int | None]) -> bool:
 
 def _process_death_is_own(ctx: Context, e: Event, victims: set[int | None]) -> bool:
     """A launcher's report that a process died (Ray's raylet, mp.spawn, srun) is the rank's own failure as a bare
-    exit is, unless the launcher killed it after another process failed, its exit code is an unranked exception's
-    (that says why; a signal or a vanished process says nothing), or torchrun reports the ranks itself (srun's task
-    numbers are then torchrun agents, one per node, not ranks)."""
+    exit is, unless the launcher killed it after another process failed, its exit code (or its abort) is an
+    unranked exception's (that says why; another signal or a vanished process says nothing), or torchrun reports
+    the ranks itself (srun's task numbers are then torchrun agents, one per node, not ranks)."""
     if not _bare_exit(ctx, e, victims) or _launcher_killed(ctx, e):
         return False
-    if e.get("exitcode") not in (None, 0) and _echoes_unranked_failure(ctx, e["rank"], victims):
+    # An uncaught C++ exception (gloo's enforce check) ends in std::terminate, which aborts: a SIGABRT says as much
+    # as an exit code there.
+    aborted = str(e["_f"].get("signal") or "") in ("SIGABRT", "6")
+    if (e.get("exitcode") not in (None, 0) or aborted) and _echoes_unranked_failure(ctx, e["rank"], victims):
         return False
     return not any(ctx.by_kind.get(k) for k in TORCHRUN_FAILURE_KINDS)
 
