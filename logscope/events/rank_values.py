@@ -37,6 +37,8 @@ _DYNAMIC = re.compile(
 )
 # A setting named for the loop's progress ("step=12", "global_step: 40"); "grad_accum_steps" or "max_steps" is the
 # job's configuration.
+# A logger's name right after the rank tag, as logging's "[rank%d] %(name)s: %(message)s" prints it.
+_LOGGER_AFTER_TAG = re.compile(r"R\] [A-Za-z_][\w.-]*: (?=[a-z])")
 # A logger's name before the script's rank tag ("r25e.train: [RANK 1] ...") reads as a setting whose value is the tag.
 _RANK_TAG_VALUE = re.compile(r"(?i)\[rank\b")
 # A step's count after its word: "step 8", "epoch=3", "iteration 120/500".
@@ -79,7 +81,8 @@ _CLOCK = re.compile(r"(?<![\d.:])(?:\d{4}-\d\d-\d\d[ T])?\d{1,2}:\d\d:\d\d(?:[.,
 _CPP_SOURCE = re.compile(r"\.(?:cc|cpp|cu|h|hpp):\d+\]")
 # A template about tensors going into a collective: a difference there is a collective mismatch. Whole words, so a
 # setting is not one: "DistributedType.MULTI_CPU, mixed_precision=bf16", "tensorboard_dir", "param_dtype".
-_TENSOR = re.compile(r"(?i)\btensors?\b|torch\.Size|shape|numel|\bdtype\b|bucket")
+# (Also the process groups a rank creates: new_group is a collective every rank must call in the same order.)
+_TENSOR = re.compile(r"(?i)\btensors?\b|torch\.Size|shape|numel|\bdtype\b|bucket|\bsub-?groups?\b|new_group")
 # A setting of the communication layer ("NCCL_SOCKET_IFNAME=ens5"): a rank that differs there fails to connect, a
 # comm error its own lines show, or runs on with another transport.
 _COMM_SETTING = re.compile(r"(?:NCCL|GLOO|TORCH_NCCL|UCX|FI|TP_SOCKET)_[A-Z_]+$")
@@ -107,6 +110,7 @@ def _facets(
     else:
         return None
     rest = _CLOCK.sub(" ", rest)  # the time each rank printed the line is its own
+    rest = _LOGGER_AFTER_TAG.sub("R] ", rest)  # "[rank3] train: creating ...": the logger's name is no setting
     # A progress word with its count ("step 8:", "epoch=3") pins the line to that moment: the same line at the same
     # step is compared across ranks (what each rank fed a collective then). Its digits become letters so that they
     # stay in the template and are no value.
