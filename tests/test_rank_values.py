@@ -35,6 +35,14 @@ def differences(lines: list[str]) -> list[tuple[int, str]]:
         ("r12d_rslrl_rank0_exit0_midloop", "[r12d] rank", []),
         # Three ranks behind `srun --label`-style task numbers, a seed one rank does not share: a majority.
         ("r12c_torchrun_seed_disagree_rank1", "config: seed=", [(1, "setting")]),
+        # A line pinned to a step ("[RANK 1] step 8: feature spec loaded, 33 features per record", 32 on the
+        # others) is compared at that step, and what a rank computed then is about the collective, not a setting.
+        ("r27e_accel_gather_features_33_vs_32_cols_rank1_ws3", "feature spec loaded", [(1, "tensor")]),
+        # The same line at the step before and after holds losses that differ on every rank: no difference.
+        ("r27e_accel_gather_features_33_vs_32_cols_rank1_ws3", "] step 7 loss", []),
+        # "[rank3] train: creating pair subgroups in order [[2, 3], [0, 1]]": the logger's name is no setting, and
+        # the order a rank creates its process groups in is about a collective.
+        ("r27c_console_new_group_creation_order_rank3_ws4", "creating pair subgroups", [(3, "tensor")]),
     ],
 )
 def test_rank_value_differences(run: str, needle: str, want: list[tuple[int, str]]) -> None:
