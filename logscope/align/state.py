@@ -415,7 +415,11 @@ def _steady_excerpt(states: dict[int, RankState], rows: list[Event]) -> list[Eve
     Only for excerpts: a rank's own whole log (a per-rank file, a tee'd stream) that stops mid-training stopped, and
     so did a log that holds the run's start (launch, init or sync lines): that is the whole log, not a cut of it.
     """
-    if any(r["level"] == "error" or r["phase"] in EARLY_PHASES or r["node"] is not None for r in rows):
+    # (A benign line's phase is only where it stands: it shows no start of the run.)
+    if any(
+        r["level"] == "error" or (r["phase"] in EARLY_PHASES and r["level"] != "benign") or r["node"] is not None
+        for r in rows
+    ):
         return []
     progress = [r for r in rows if r["kind"] in PROGRESS_KINDS]
     if len(progress) < MIN_PROGRESS_LINES:

@@ -67,6 +67,15 @@ def _where_it_stopped(ctx: Context, stopped: dict[int, Event]) -> tuple[str, lis
     if unranked:
         last = max(unranked, key=lambda e: (PHASE_ORDER.get(e["phase"], -1), e["sid"], e["line"]))
         return f'"{short(last["text"])}"', [last]
+    # Only the ranks' own lines that no signature reads ("[rank1] train: waiting for the data service ..."): where
+    # each rank's lines stop.
+    own: dict[int, Event] = {}
+    for e in ctx.rows:
+        if e["rank"] is not None and (e["rank"] not in own or ctx.order(e) > ctx.order(own[e["rank"]])):
+            own[e["rank"]] = e
+    if own:
+        where = "; ".join(f'rank {r} at "{short(e["text"])}"' for r, e in sorted(own.items())[:8])
+        return where, [own[r] for r in sorted(own)]
     if not ctx.rows:
         # A log in a format logscope does not know: nothing in it failed that logscope can tell, nor finished.
         return "the end of a log none of whose lines logscope recognises", []

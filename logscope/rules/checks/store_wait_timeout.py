@@ -21,6 +21,7 @@ COULD_NOT_CONNECT = frozenset({"store_connect_timeout", "rdzv_connection_error"}
 # A process's own failure (communication layer, exception, signal) that keeps it from joining, unlike a store wait.
 OWN_JOIN_FAILURES = (COMM_FAMILY | TAGGED("crash")) - RENDEZVOUS_FAMILY - REMOTE_KINDS - kinds("traceback_start")
 # A wait that ran out, as opposed to the store's host going away ("Failed to recv, got 0 bytes": LS604).
+_DIGITS = regex.compile(r"\d+")
 WAIT_RAN_OUT = regex.compile(r"Socket Timeout|wait timeout after|DistStoreError: .{0,80}[Tt]imeout")
 
 
@@ -46,7 +47,7 @@ def running_store_waits(ctx: Context, events: list[Event]) -> list[Event]:
 def rendezvous_failed(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
     """Rendezvous or store failures, but for the store waits of a formed world (LS106's). Where some ranks joined the
     store and waited for the rest while others could not connect to it (another address or port), the ones that
-    could not connect are the culprits."""
+    could not connect are the culprits; else the ones whose own lines show them busy elsewhere."""
     running = {id(e) for e in running_store_waits(ctx, events)}
     failures = [e for e in events if id(e) not in running]
     if not failures:
@@ -56,8 +57,30 @@ def rendezvous_failed(rule: Rule, ctx: Context, events: list[Event], params: dic
         return None  # the waits are the consequence: the peers they waited for failed by themselves while joining
     waited = {e["rank"] for e in waits if e["rank"] is not None}
     unreached = {e["rank"] for e in failures if e["kind"] in COULD_NOT_CONNECT and e["rank"] is not None} - waited
-    culprits = sorted(unreached) if waited and unreached else None
-    return Hit(failures, {e["rank"] for e in failures if e["rank"] is not None}, culprits=culprits)
+    culprits = sorted(unreached or _busy_elsewhere(ctx, waited)) if waited else None
+    return Hit(failures, {e["rank"] for e in failures if e["rank"] is not None}, culprits=culprits or None)
+
+
+def _busy_elsewhere(ctx: Context, waited: set[int]) -> set[int]:
+    """Ranks whose own lines show them at something else while their peers waited in the store for the world to
+    form: no error of theirs and no line past start-up (a dataset check before init_process_group). They came
+    late, or not at all; a rank with no line of its own is not named."""
+    # What the waiting ranks printed before they waited ("[rank 1] connecting to 127.0.0.1:29631"): a rank whose
+    # last line is one of those was joining too, whatever its log lost after it.
+    said_by_waiters = {_shape(e["text"]) for r in waited for e in ctx.by_rank.get(r, [])}
+    busy = set()
+    for rank in ctx.visible - waited:
+        own = ctx.by_rank.get(rank, [])
+        if not own or any(e["level"] == "error" for e in own) or ctx.reached(rank, "sync"):
+            continue
+        if _shape(max(own, key=ctx.order)["text"]) not in said_by_waiters:
+            busy.add(rank)
+    return busy
+
+
+def _shape(text: str) -> str:
+    """A line with its numbers (clock, rank, address) set aside."""
+    return _DIGITS.sub("0", text)
 
 
 def _raised_joining(ctx: Context, waits: list[Event]) -> bool:
