@@ -44,8 +44,8 @@ _RANK_TAG_VALUE = re.compile(r"(?i)\[rank\b")
 # A step's count after its word: "step 8", "epoch=3", "iteration 120/500".
 _PINNED = re.compile(r"(?i)(?<![a-z])(?:epoch|iter|iteration|step)\s*[:=#]?\s*\d+(?:\s*/\s*\d+)?(?![\d.])[ :,]*")
 _DIGITS_AS_LETTERS = str.maketrans("0123456789", "abcdefghij")
-# The facet of a line pinned to a step of the loop: a number there is what the rank computed or fed a collective at
-# that step (a tensor's width), not a setting.
+# The facet of a line pinned to a step of the loop: a number there is what the rank computed at that step (a
+# tensor's width, or its share of an uneven split), not a setting; it names a failure's rank (LS204), no failure.
 LOOP_FACET = "@loop "
 _DYNAMIC_KEY = re.compile(r"(?i)(?:global[_ ]?)?(?:epoch|epochs|iter\w*|step|steps|it|seq\w*|elapsed|eta)$")
 # Values that differ between healthy ranks or runs: metrics, clocks, hosts, addresses, paths, process ids,
@@ -213,7 +213,13 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
     rows: list[Event] = []
     seen: set[int] = set()  # one event per rank: its first differing line says enough
     for facet, per_rank in first.items():
-        about_what = "tensor" if _TENSOR.search(about[facet]) or facet.startswith(LOOP_FACET) else "setting"
+        # A setting is about a tensor when its own name or value says so ("numel=3786" beside "shard_align=64" on a
+        # line of settings: the alignment is the setting that differs); a line's numbers when the line says so.
+        key = facet.rsplit(" | ", 1)[1] if " | " in facet else ""
+        said = f"{key} {' '.join(next(iter(per_rank.values()))[0])}" if key else about[facet]
+        about_what = "tensor" if _TENSOR.search(said) else "setting"
+        if facet.startswith(LOOP_FACET):
+            about_what = "step_value"
         if about_what == "setting" and _COMM_SETTING.match(facet.rsplit(" | ", 1)[-1]):
             about_what = "comm_setting"
         if len(per_rank) == 2 and about_what in ("setting", "comm_setting") and 0 in per_rank:

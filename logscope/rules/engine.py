@@ -402,6 +402,11 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
         # Each rank names the one it disagrees with; the rank most of them name is the odd one out.
         return _most_named(named)
     if strategy == "peers_of_reporter":
+        # The rank that computed another value than all its peers at the same step of the loop ("step 8: 33
+        # features per record") is the peer that sent the other size.
+        odd = {e["rank"] for e in ctx.by_kind.get("rank_value_differs", []) if e["_f"].get("about") == "step_value"}
+        if len(odd) == 1 and None not in odd:
+            return sorted(r for r in odd if r is not None)
         world = ctx.job.get("world_size") or 0
         if world == 2 and len(reporters) == 1:
             return [1 - reporters[0]]

@@ -44,6 +44,12 @@ COMM_SETTING_RULE = "LS410"
 PROGRAMMING_ERRORS = frozenset(
     {"TypeError", "ValueError", "KeyError", "IndexError", "AttributeError", "NameError", "AssertionError"}
 )
+# torch's RuntimeError for tensors the rank's own code combined with shapes that do not fit: a programming error as
+# much as a TypeError (loading a peer's state_dict of another shape says "size mismatch for ...", not this).
+_LOCAL_SHAPE_ERROR = regex.compile(
+    r"The size of tensor a \(\d+\) must match the size of tensor b|shapes cannot be multiplied|"
+    r"is invalid for input of size"
+)
 _EXCEPTION_TYPE = regex.compile(r"(?:^|[\s:])(?:[A-Za-z_]\w*\.)*(?P<type>[A-Za-z_]\w*(?:Error|Exception)): ")
 SYMPTOMS = frozenset({"collective_timeout", "comm_error", "stall", "crash"})
 # Categories that are a cause of their own (a rank's own fault or a disagreement between ranks).
@@ -215,8 +221,13 @@ def _explainer(
 
 def _programming_error(f: Finding) -> bool:
     """Every exception among the finding's evidence is one a program raises on its own bad data (TypeError,
-    ValueError, KeyError...), not one from what its peers sent it (a RuntimeError loading their parameters)."""
-    types = {m["type"] for item in f["evidence"] if (m := _EXCEPTION_TYPE.search(item["text"])) is not None}
+    ValueError, KeyError..., torch's shape errors of its own tensors), not one from what its peers sent it (a
+    RuntimeError loading their parameters, a check that the replicas agree)."""
+    types = {
+        "TypeError" if _LOCAL_SHAPE_ERROR.search(item["text"]) else m["type"]
+        for item in f["evidence"]
+        if (m := _EXCEPTION_TYPE.search(item["text"])) is not None
+    }
     return bool(types) and types <= PROGRAMMING_ERRORS
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from logscope.rules.api import Context, Hit, Rule, check
+from logscope.rules.api import LAUNCHER_EXIT_KINDS, Context, Hit, Rule, check
 from logscope.rules.checks.failures import aborted_failures
 from logscope.vocab import Event
 
@@ -22,8 +22,22 @@ def all_ranks_aborted(rule: Rule, ctx: Context, events: list[Event], params: dic
         # One rank's SIGABRT and nothing of NCCL's in the logs: its own abort (a C++ terminate, an assert), not the
         # watchdog's teardown, which leaves its timeout or its thread's C++ frames on the way (LS700 reads it).
         return None
+    if ranks and all(_said_nothing(ctx, rank) for rank in ranks):
+        # The aborted ranks' whole output is here and holds no error of theirs: the watchdog writes its timeout or
+        # exception to the rank's stderr before it aborts, so these aborts are not its (a signal from outside).
+        return None
     return Hit(
         failures, ranks, culprits=[], values={"count": len(failures)}, confidence_factor=1.0 if len(ranks) >= 2 else 0.8
+    )
+
+
+def _said_nothing(ctx: Context, rank: int) -> bool:
+    """The rank's own files are here (its whole output) and none of its lines is an error of its own."""
+    state = ctx.states.get(rank)
+    return (
+        state is not None
+        and state.complete
+        and not any(e["level"] == "error" and e["kind"] not in LAUNCHER_EXIT_KINDS for e in ctx.by_rank.get(rank, []))
     )
 
 

@@ -11,16 +11,47 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
-from logscope.rules.checks.collectives import call_name, last_calls
+from logscope.rules.checks.collectives import BACKWARD, call_name, last_calls
 from logscope.rules.checks.past_the_sync import SYNC_APIS
 from logscope.rules.checks.rows import frame_function, traceback_frames
 from logscope.rules.checks.stack_dumps import SYNC_FUNCTIONS
 from logscope.vocab import Event
 
 
+# The collectives a rank runs once it trains: DDP's gradient all_reduce (in backward), or the loop's own.
+TRAINING_CALLS = frozenset({BACKWARD, "all_reduce"})
+
+
 @check("skipped_constructor_sync")
 def skipped_constructor_sync(rule: Rule, ctx: Context, events: list[Event], params: dict[str, Any]) -> Hit | None:
-    return _at_one_seq(ctx, events) or _in_calls_before_training(ctx)
+    return _at_one_seq(ctx, events) or _in_calls_before_training(ctx) or _through_the_sync_or_not(ctx)
+
+
+def _through_the_sync_or_not(ctx: Context) -> Hit | None:
+    """Without SeqNums: most failing ranks' first errors end tracebacks through the constructor's sync, and the
+    others' first errors came out of another collective of theirs (their first gradient all_reduce), with no
+    progress line anywhere."""
+    if any(s.progress_count for s in ctx.states.values()):
+        return None
+    first = {r: e for r, s in ctx.states.items() if (e := s.first_error) is not None}
+    failing = set(first)
+    in_sync = sorted(
+        r for r, e in first.items() if any(frame_function(f) in SYNC_FUNCTIONS for f in traceback_frames(ctx, e))
+    )
+    calls = last_calls(ctx, ctx.by_kind.get("c10d_call", []))
+    # A rank past the sync runs training: its next collective is its first gradient all_reduce (a barrier or a
+    # broadcast is still set-up, which a rank in the sync can meet too).
+    skipped = sorted(r for r in failing - set(in_sync) if r in calls and call_name(calls[r]) in TRAINING_CALLS)
+    if not skipped or len(in_sync) <= len(skipped):
+        return None
+    if any(e["kind"] == "ddp_model_mismatch" for e in first.values()):
+        return None  # the sync ran on every rank and found the models differ (LS403)
+    per_rank = ", ".join(
+        [f"rank {r}: the constructor's sync" for r in in_sync] + [f"rank {r}: {call_name(calls[r])}" for r in skipped]
+    )
+    values = {"seq": "the failure", "per_rank": per_rank, "in_sync": in_sync, "skipped": skipped}
+    evidence = [calls[r] for r in skipped] + [first[r] for r in in_sync]
+    return Hit(evidence, set(in_sync) | set(skipped), culprits=skipped, values=values)
 
 
 def _in_calls_before_training(ctx: Context) -> Hit | None:
