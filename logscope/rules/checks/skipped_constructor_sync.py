@@ -17,7 +17,6 @@ from logscope.rules.checks.rows import frame_function, traceback_frames
 from logscope.rules.checks.stack_dumps import SYNC_FUNCTIONS
 from logscope.vocab import Event
 
-
 # The collectives a rank runs once it trains: DDP's gradient all_reduce (in backward), or the loop's own.
 TRAINING_CALLS = frozenset({BACKWARD, "all_reduce"})
 
