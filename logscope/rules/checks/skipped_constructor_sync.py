@@ -1,9 +1,11 @@
 """The check `skipped_constructor_sync`, behind LS308 (rules/LS308_skipped_constructor_sync.yaml): most ranks failed
 in the initial parameter sync and the others were in another collective: those skipped the sync, and what their
 peers then raised (DDP's model check reading their gradients as parameter counts, a size check, a timeout) is its
-consequence. Two readings of "in the sync": at the first SeqNum where the ranks of the default process group ran
-different collectives, an error of the majority's has a traceback through the framework's constructor sync; or the
-torch.distributed call each rank failed in is, for the majority, a broadcast before any progress of theirs."""
+consequence. Three readings of "in the sync": at the first SeqNum where the ranks of the default process group
+ran different collectives, an error of the majority's has a traceback through the framework's constructor sync; the
+torch.distributed call each rank failed in is, for the majority, a broadcast before any progress of theirs; or,
+before any progress, the majority's first errors end tracebacks through the constructor's sync and the others' come
+out of their first gradient all_reduce."""
 
 from __future__ import annotations
 
