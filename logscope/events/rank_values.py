@@ -136,7 +136,8 @@ def _facets(
     if settings:
         # The same line on every rank whatever its settings' values, words included ("lr_schedule=constant").
         skeleton = " ".join(_NUMBER.sub("0", _SETTING.sub(r"\1=", rest)).split())
-        return rank, [(f"{skeleton} | {k}", (v,), text) for k, v in settings]
+        # (At a step of the loop they are what the rank computed then, "counts=[5, 6, 10, 11]": no settings.)
+        return rank, [(f"{LOOP_FACET if loop else ''}{skeleton} | {k}", (v,), text) for k, v in settings]
     if _VARYING.search(rest):
         return None
     values = tuple(_NUMBER.findall(rest))

@@ -27,7 +27,7 @@ from typing import Any
 import regex
 
 from logscope.align.state import clock
-from logscope.rules.api import PEER_CAUSED, REMOTE_KINDS
+from logscope.rules.api import PEER_CAUSED, REMOTE_KINDS, TAGGED
 from logscope.vocab import SEVERITY_ORDER, Event, Evidence, Finding, Role, Severity
 
 # How NCCL, gloo and c10d word a failure that another process caused.
@@ -39,6 +39,8 @@ _REMOTE_WORDING = regex.compile(
 # The rule for a rank that printed another NCCL/gloo setting (rules/LS410_comm_setting_differs.yaml).
 COMM_SETTING_RULE = "LS410"
 # Categories whose findings are symptoms that another rank's failure produces.
+# Lines that prove the process group formed (a collective ran): a rendezvous error after them is no failure to form.
+WORLD_FORMED_KINDS = TAGGED("world_formed")
 # Exceptions a program raises on its own bad data or code: where the rank that runs with another setting raises one,
 # its crash stands (config_disagreement only says where to look).
 PROGRAMMING_ERRORS = frozenset(
@@ -113,7 +115,7 @@ def assign_roles(findings: list[Finding], rows: list[Event]) -> None:
         world.add(r["rank"])
         if r["level"] == "error":
             erred.add(r["rank"])
-        elif r["phase"] in ("sync", "train"):
+        if (r["level"] != "error" and r["phase"] in ("sync", "train")) or r["kind"] in WORLD_FORMED_KINDS:
             formed = True
     for f in findings:
         f["role"] = (
@@ -188,6 +190,15 @@ def _explainer(
         elif f["category"] == g["category"] == "collective_mismatch" and not f["culprit_ranks"] and g["culprit_ranks"]:
             # A mismatch that names nobody (gloo's size check) beside one that names the rank whose tensor
             # differed: one failure, and the second says whose it is.
+            explains = True
+        elif (
+            f["category"] == "missing_sync"
+            and not f["culprit_ranks"]
+            and g["category"] in ("crash", "oom", "config_disagreement")
+            and g["culprit_ranks"]
+        ):
+            # A sync that never completed and names nobody, beside a rank that failed by itself or runs another
+            # model: the sync is a collective, and that rank is why it never completed.
             explains = True
         elif f["category"] == "collective_mismatch" and g["category"] == "config_disagreement":
             # Ranks that run with different settings call different collectives: the disagreement is the cause.
