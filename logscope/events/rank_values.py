@@ -47,6 +47,7 @@ _DIGITS_AS_LETTERS = str.maketrans("0123456789", "abcdefghij")
 # The facet of a line pinned to a step of the loop: a number there is what the rank computed at that step (a
 # tensor's width, or its share of an uneven split), not a setting; it names a failure's rank (LS204), no failure.
 LOOP_FACET = "@loop "
+STEP_VALUE = "step_value"  # the `about` of a value a rank computed at a step (rules/engine.py reads it)
 _DYNAMIC_KEY = re.compile(r"(?i)(?:global[_ ]?)?(?:epoch|epochs|iter\w*|step|steps|it|seq\w*|elapsed|eta)$")
 # Values that differ between healthy ranks or runs: metrics, clocks, hosts, addresses, paths, process ids,
 # devices and data shards (for a line, anywhere in it; for a setting, its name). Seeds are compared: offset by the
@@ -220,7 +221,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
         said = f"{key} {' '.join(next(iter(per_rank.values()))[0])}" if key else about[facet]
         about_what = "tensor" if _TENSOR.search(said) else "setting"
         if facet.startswith(LOOP_FACET):
-            about_what = "step_value"
+            about_what = STEP_VALUE
         if about_what == "setting" and _COMM_SETTING.match(facet.rsplit(" | ", 1)[-1]):
             about_what = "comm_setting"
         if len(per_rank) == 2 and about_what in ("setting", "comm_setting") and 0 in per_rank:

@@ -17,6 +17,7 @@ import regex
 from logscope.align.model import Aligned
 from logscope.align.state import PROGRESS_KINDS
 from logscope.events.catalogue import kinds
+from logscope.events.rank_values import STEP_VALUE
 from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import API_OPTYPE, CHECKS, COMM_FAMILY, REMOTE_KINDS, Context, Hit, Rule, breaks_own_pattern
 from logscope.rules.checks.failures import first_own_error, only_failed_worker
@@ -404,7 +405,7 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if strategy == "peers_of_reporter":
         # The rank that computed another value than all its peers at the same step of the loop ("step 8: 33
         # features per record") is the peer that sent the other size.
-        odd = {e["rank"] for e in ctx.by_kind.get("rank_value_differs", []) if e["_f"].get("about") == "step_value"}
+        odd = {e["rank"] for e in ctx.by_kind.get("rank_value_differs", []) if e["_f"].get("about") == STEP_VALUE}
         if len(odd) == 1 and None not in odd:
             return sorted(r for r in odd if r is not None)
         world = ctx.job.get("world_size") or 0
