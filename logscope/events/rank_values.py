@@ -35,8 +35,6 @@ _NUMBER = re.compile(r"[-+]?\d[\d.]*(?:[eE][-+]?\d+)?")
 _DYNAMIC = re.compile(
     r"(?i)(?<![a-z])(?:epoch|iter\w*|step|steps|seq\w*|sequence|watchdog|timeout|timed|elapsed|eta|it/s|s/it)(?![a-z])"
 )
-# A setting named for the loop's progress ("step=12", "global_step: 40"); "grad_accum_steps" or "max_steps" is the
-# job's configuration.
 # A logger's name right after the rank tag, as logging's "[rank%d] %(name)s: %(message)s" prints it.
 _LOGGER_AFTER_TAG = re.compile(r"R\] [A-Za-z_][\w.-]*: (?=[a-z])")
 # A logger's name before the script's rank tag ("r25e.train: [RANK 1] ...") reads as a setting whose value is the tag.
@@ -48,6 +46,8 @@ _DIGITS_AS_LETTERS = str.maketrans("0123456789", "abcdefghij")
 # tensor's width, or its share of an uneven split), not a setting; it names a failure's rank (LS204), no failure.
 LOOP_FACET = "@loop "
 STEP_VALUE = "step_value"  # the `about` of a value a rank computed at a step (rules/engine.py reads it)
+# A setting named for the loop's progress ("step=12", "global_step: 40"); "grad_accum_steps" or "max_steps" is the
+# job's configuration.
 _DYNAMIC_KEY = re.compile(r"(?i)(?:global[_ ]?)?(?:epoch|epochs|iter\w*|step|steps|it|seq\w*|elapsed|eta)$")
 # Values that differ between healthy ranks or runs: metrics, clocks, hosts, addresses, paths, process ids,
 # devices and data shards (for a line, anywhere in it; for a setting, its name). Seeds are compared: offset by the

@@ -405,9 +405,9 @@ def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
     if strategy == "peers_of_reporter":
         # The rank that computed another value than all its peers at the same step of the loop ("step 8: 33
         # features per record") is the peer that sent the other size.
-        odd = {e["rank"] for e in ctx.by_kind.get("rank_value_differs", []) if e["_f"].get("about") == STEP_VALUE}
-        if len(odd) == 1 and None not in odd:
-            return sorted(r for r in odd if r is not None)
+        odd = [e["rank"] for e in ctx.by_kind.get("rank_value_differs", []) if e["_f"].get("about") == STEP_VALUE]
+        if len(set(odd)) == 1 and odd[0] is not None:
+            return [odd[0]]
         world = ctx.job.get("world_size") or 0
         if world == 2 and len(reporters) == 1:
             return [1 - reporters[0]]

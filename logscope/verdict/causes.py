@@ -38,7 +38,6 @@ _REMOTE_WORDING = regex.compile(
 )
 # The rule for a rank that printed another NCCL/gloo setting (rules/LS410_comm_setting_differs.yaml).
 COMM_SETTING_RULE = "LS410"
-# Categories whose findings are symptoms that another rank's failure produces.
 # Lines that prove the process group formed (a collective ran): a rendezvous error after them is no failure to form.
 WORLD_FORMED_KINDS = TAGGED("world_formed")
 # Exceptions a program raises on its own bad data or code: where the rank that runs with another setting raises one,
@@ -53,6 +52,7 @@ _LOCAL_SHAPE_ERROR = regex.compile(
     r"is invalid for input of size"
 )
 _EXCEPTION_TYPE = regex.compile(r"(?:^|[\s:])(?:[A-Za-z_]\w*\.)*(?P<type>[A-Za-z_]\w*(?:Error|Exception)): ")
+# Categories whose findings are symptoms that another rank's failure produces.
 SYMPTOMS = frozenset({"collective_timeout", "comm_error", "stall", "crash"})
 # Categories that are a cause of their own (a rank's own fault or a disagreement between ranks).
 CAUSES = frozenset(
@@ -234,12 +234,8 @@ def _programming_error(f: Finding) -> bool:
     """Every exception among the finding's evidence is one a program raises on its own bad data (TypeError,
     ValueError, KeyError..., torch's shape errors of its own tensors), not one from what its peers sent it (a
     RuntimeError loading their parameters, a check that the replicas agree)."""
-    types = {
-        "TypeError" if _LOCAL_SHAPE_ERROR.search(item["text"]) else m["type"]
-        for item in f["evidence"]
-        if (m := _EXCEPTION_TYPE.search(item["text"])) is not None
-    }
-    return bool(types) and types <= PROGRAMMING_ERRORS
+    raised = [(m["type"], item["text"]) for item in f["evidence"] if (m := _EXCEPTION_TYPE.search(item["text"]))]
+    return bool(raised) and all(t in PROGRAMMING_ERRORS or _LOCAL_SHAPE_ERROR.search(text) for t, text in raised)
 
 
 def _reads_the_same_lines(f: Finding, g: Finding) -> bool:

@@ -31,11 +31,11 @@ def skipped_startup_collectives(rule: Rule, ctx: Context, events: list[Event], p
         for r, s in ctx.states.items()
         if (c := s.collectives.get("0")) is not None and c.completed is not None
     }
+    ops = {rank: _op(ctx, rank, e) for rank, e in pending.items()}
     skipped = []
     for rank, e in pending.items():
         peers = [done for r, done in completed.items() if r != rank]
-        op = _op(ctx, rank, e)
-        seq = e["seq"]
+        op, seq = ops[rank], e["seq"]
         if seq is None or not op or op in SYNC_OPS or len(peers) < MIN_PEERS:
             continue
         if all(done >= seq for done in peers):
@@ -44,7 +44,7 @@ def skipped_startup_collectives(rule: Rule, ctx: Context, events: list[Event], p
         return None
     per_rank = ", ".join(
         f"rank {r}: SeqNum {e['seq']}"
-        + (f" {_op(ctx, r, e)}" if _op(ctx, r, e) else "")
+        + (f" {ops[r]}" if ops[r] else "")
         + (f", completed {completed[r]}" if r in completed else ", none completed")
         for r, e in sorted(pending.items())
     )

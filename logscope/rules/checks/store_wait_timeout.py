@@ -21,7 +21,6 @@ COULD_NOT_CONNECT = frozenset({"store_connect_timeout", "rdzv_connection_error"}
 # A process's own failure (communication layer, exception, signal) that keeps it from joining, unlike a store wait.
 OWN_JOIN_FAILURES = (COMM_FAMILY | TAGGED("crash")) - RENDEZVOUS_FAMILY - REMOTE_KINDS - kinds("traceback_start")
 # A wait that ran out, as opposed to the store's host going away ("Failed to recv, got 0 bytes": LS604).
-_DIGITS = regex.compile(r"\d+")
 WAIT_RAN_OUT = regex.compile(r"Socket Timeout|wait timeout after|DistStoreError: .{0,80}[Tt]imeout")
 
 
@@ -76,6 +75,9 @@ def _busy_elsewhere(ctx: Context, waited: set[int]) -> set[int]:
         if _shape(max(own, key=ctx.order)["text"]) not in said_by_waiters:
             busy.add(rank)
     return busy
+
+
+_DIGITS = regex.compile(r"\d+")
 
 
 def _shape(text: str) -> str:
