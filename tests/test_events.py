@@ -188,6 +188,16 @@ def test_normalise_strips_the_asctime_levelname_name_logger_format() -> None:
     )
 
 
+def test_normalise_reads_a_date_stamp_before_a_scripts_rank_tag() -> None:
+    # "%(asctime)s [rank%(rank)d] %(levelname)s %(name)s: ..." (fixtures/blind_runs/
+    # r30e_spawn_rank0_full_ckpt_slow_share_timeout_ws4/node0/console.log): the clock is read whatever follows it.
+    line = normalise("2026-12-06 08:11:02,110 [rank0] INFO trainer: checkpoint write: 160 MiB written")
+    assert (line.text, line.ts_text) == (
+        "[rank0] INFO trainer: checkpoint write: 160 MiB written",
+        "2026-12-06 08:11:02",
+    )
+
+
 def test_normalise_reads_mpirun_timestamp_output_before_its_rank_tag() -> None:
     # `mpirun --timestamp-output` puts ctime() before its tag (fixtures/cases/r22a_paddle4235_..., console.log:1).
     line = normalise(

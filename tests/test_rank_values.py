@@ -45,6 +45,12 @@ def differences(lines: list[str]) -> list[tuple[int, str]]:
         # "[rank3] train: creating pair subgroups in order [[2, 3], [0, 1]]": the logger's name is no setting, and
         # the order a rank creates its process groups in is about a collective.
         ("r27c_console_new_group_creation_order_rank3_ws4", "creating pair subgroups", [(3, "tensor")]),
+        # On a line of settings, a number outside them ("... train_batch_size 24 zero stage 1", stage 2 on the
+        # others) is compared too.
+        ("r26e_deepspeed_launcher_zero_stage1_vs_2_rank1_ws3", "ds config:", [(1, "setting")]),
+        # torchrun's own line about each worker's exit ("failed (exitcode: -6) local_rank: 1 ..."): an exit, no
+        # setting.
+        ("r16c_maxrestarts_sigkill_rank0_restart_fails_ws2", "failed (exitcode", []),
     ],
 )
 def test_rank_value_differences(run: str, needle: str, want: list[tuple[int, str]]) -> None:
@@ -69,3 +75,19 @@ def test_settings_printed_without_an_equals_sign() -> None:
     lines = [line for node in ("node0", "node1") for line in lines_with(run / node / "console.log", "batch_size")]
     assert len(lines) >= 3
     assert differences(lines) == [(2, "setting")]
+
+
+def test_a_setting_that_splits_the_ranks_by_the_console_folder_they_are_in() -> None:
+    # Two agents, each with its console in its node's folder: node1's ranks print "micro batch 24", node0's 32
+    # (fixtures/blind_runs/r30c_2agents_console_dtensor_tp_node1_micro_bs24_ws4).
+    run = BLIND / "r30c_2agents_console_dtensor_tp_node1_micro_bs24_ws4"
+    data = {
+        f"{node}/console.log": ("\n".join(lines_with(run / node / "console.log", "micro batch")) + "\n").encode()
+        for node in ("node0", "node1")
+    }
+    sources = [Source(path, "console", len(text)) for path, text in data.items()]
+    openers = {path: (lambda text=text: io.BytesIO(text)) for path, text in data.items()}
+    rows = rank_value_differences(sources, openers)
+    assert sorted((row["grank"], row["_f"]["about"]) for row in rows) == [(2, "setting"), (3, "setting")]
+    # In one console the same lines split no node: two ranks against two is no majority.
+    assert differences([line for text in data.values() for line in text.decode().splitlines()]) == []

@@ -47,6 +47,10 @@ class Stamp(TypedDict):
     ts_text: str | None
 
 
+# Clocks print whole seconds: two lines this close started together, or either may have come first.
+SAME_MOMENT_S = 1.0
+
+
 def clock(row: Stamp) -> float | None:
     """Seconds since the start of the printed year (month*32+day days), or None when the line has no stamp."""
     if row.get("ts") is not None:

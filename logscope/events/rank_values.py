@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from pathlib import PurePath
 from typing import IO
 
 from logscope.errors import READ_ERRORS
@@ -33,7 +34,8 @@ _LOCAL_RANK_IN_TEXT = re.compile(r"(?i)(?<![\w.])local[_ ]rank\s*[:=#]?\s*(\d{1,
 _NUMBER = re.compile(r"[-+]?\d[\d.]*(?:[eE][-+]?\d+)?")
 # Lines about the loop's progress or a failure: their values differ by when the rank printed them.
 _DYNAMIC = re.compile(
-    r"(?i)(?<![a-z])(?:epoch|iter\w*|step|steps|seq\w*|sequence|watchdog|timeout|timed|elapsed|eta|it/s|s/it)(?![a-z])"
+    r"(?i)(?<![a-z])(?:epoch|iter\w*|step|steps|seq\w*|sequence|watchdog|timeout|timed|elapsed|eta|it/s|s/it|exit\w*|"
+    r"returncode|signal)(?![a-z])"
 )
 # A logger's name right after the rank tag, as logging's "[rank%d] %(name)s: %(message)s" prints it.
 _LOGGER_AFTER_TAG = re.compile(r"R\] [A-Za-z_][\w.-]*: (?=[a-z])")
@@ -46,9 +48,11 @@ _DIGITS_AS_LETTERS = str.maketrans("0123456789", "abcdefghij")
 # tensor's width, or its share of an uneven split), not a setting; it names a failure's rank (LS204), no failure.
 LOOP_FACET = "@loop "
 STEP_VALUE = "step_value"  # the `about` of a value a rank computed at a step (rules/engine.py reads it)
-# A setting named for the loop's progress ("step=12", "global_step: 40"); "grad_accum_steps" or "max_steps" is the
-# job's configuration.
-_DYNAMIC_KEY = re.compile(r"(?i)(?:global[_ ]?)?(?:epoch|epochs|iter\w*|step|steps|it|seq\w*|elapsed|eta)$")
+# A setting named for the loop's progress ("step=12", "global_step: 40") or for how the process ended ("exitcode: -6"
+# in torchrun's line about each worker); "grad_accum_steps" or "max_steps" is the job's configuration.
+_DYNAMIC_KEY = re.compile(
+    r"(?i)(?:global[_ ]?)?(?:epoch|epochs|iter\w*|step|steps|it|seq\w*|elapsed|eta|exit\w*|returncode|signal)$"
+)
 # Values that differ between healthy ranks or runs: metrics, clocks, hosts, addresses, paths, process ids,
 # devices and data shards (for a line, anywhere in it; for a setting, its name). Seeds are compared: offset by the
 # rank they differ on every rank, and only one rank against a majority that agrees is reported.
@@ -76,6 +80,8 @@ _SRUN_LABEL = re.compile(r"\s*(\d{1,5}): (?=\S)")
 _SETTING = re.compile(r"(?<![\w.])([A-Za-z_][\w.]{0,40})[\"']?\s*[=:]\s*[\"']?([^\s,;\"'}]{1,60})")
 # "batch_size 16", "num_envs 512": a snake_case name and a number, the way loggers print settings without "=".
 _SPACED_SETTING = re.compile(r"(?<![\w.-])([A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+) (-?\d+(?:\.\d+)?)(?![\w.:/%-])")
+# A word with a slash: a path, a URL, "colwise/rowwise", "rank 1/4".
+_SLASHED = re.compile(r"\S*/\S*")
 # A clock or a date in the line ("16:59:58 [rank1] done", "2026-12-05 16:59:58,123").
 _CLOCK = re.compile(r"(?<![\d.:])(?:\d{4}-\d\d-\d\d[ T])?\d{1,2}:\d\d:\d\d(?:[.,]\d+)?(?![\d:])|\d{4}-\d\d-\d\d")
 # A C++ logger's source location: "[/__w/.../gloo/transport/tcp/debug_logger.cc:9]", "ProcessGroupNCCL.cpp:612]".
@@ -138,7 +144,20 @@ def _facets(
         # The same line on every rank whatever its settings' values, words included ("lr_schedule=constant").
         skeleton = " ".join(_NUMBER.sub("0", _SETTING.sub(r"\1=", rest)).split())
         # (At a step of the loop they are what the rank computed then, "counts=[5, 6, 10, 11]": no settings.)
-        return rank, [(f"{LOOP_FACET if loop else ''}{skeleton} | {k}", (v,), text) for k, v in settings]
+        facets: list[tuple[str, tuple[str, ...], str]] = [
+            (f"{LOOP_FACET if loop else ''}{skeleton} | {k}", (v,), text) for k, v in settings
+        ]
+        # On a line of settings, numbers outside them ("ds config: micro_batch 8 ... zero stage 1") are settings too,
+        # compared together (words with a slash left out). NCCL's own lines print timings so.
+        bare = _SLASHED.sub(" ", _SPACED_SETTING.sub(" ", _SETTING.sub(" ", rest)))
+        if (
+            len(settings) >= 2
+            and nccl_process(text) is None
+            and not _VARYING.search(bare)
+            and (values := tuple(_NUMBER.findall(bare)))
+        ):
+            facets.append((f"{LOOP_FACET if loop else ''}{skeleton} #", values, text))
+        return rank, facets
     if _VARYING.search(rest):
         return None
     values = tuple(_NUMBER.findall(rest))
@@ -194,7 +213,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
     about: dict[str, str] = {}
     # A rank's own file before a console: the console's tee copy of a line is dropped when the file has it.
     order = sorted(range(len(sources)), key=lambda sid: sources[sid].role == "console")
-    one_node = len({src.node for src in sources}) <= 1
+    one_node = len({_node(src) for src in sources}) <= 1
     for sid in order[:MAX_SOURCES]:
         src = sources[sid]
         if src.path not in openers or src.role == "error_json":
@@ -263,7 +282,7 @@ def _node_split(per_rank: dict[int, _Said], sources: list[Source]) -> tuple[tupl
     """A setting whose two values split the ranks by node (a stale config or environment on one node): rank 0's
     value and the ranks of the nodes that printed the other one. None unless every rank's line comes from a known
     node, there are two values, and no node printed both."""
-    node_of = {rank: sources[said[1]].node for rank, said in per_rank.items()}
+    node_of = {rank: _node(sources[said[1]]) for rank, said in per_rank.items()}
     values = {said[0] for said in per_rank.values()}
     if 0 not in per_rank or len(values) != 2 or None in node_of.values():
         return None
@@ -275,3 +294,11 @@ def _node_split(per_rank: dict[int, _Said], sources: list[Source]) -> tuple[tupl
         return None
     common = per_rank[0][0]
     return common, sorted(r for r, said in per_rank.items() if said[0] != common)
+
+
+def _node(src: Source) -> str | None:
+    """The node a source is from: its torchrun run folder, or for a launcher's console the folder that holds it (each
+    agent's console in its node's folder)."""
+    if src.node is not None or src.role != "console":
+        return src.node
+    return str(PurePath(src.path).parent)

@@ -88,6 +88,8 @@ _PY_GENERIC = re.compile(
     # %(asctime)s - %(levelname)s - %(name)s - %(message)s, the format of transformers' and accelerate's examples
     r"- (?P<lvl5>DEBUG|INFO|WARNING|ERROR|CRITICAL) - [\w.]+ -) "
 )
+# A date and time alone, before whatever a script's format puts next ("%(asctime)s [rank%(rank)d] %(levelname)s").
+_BARE_STAMP = re.compile(r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[,.]\d{1,9})? (?=\S)")
 
 # TensorFlow's C++ logger (and absl's in TF builds): "2019-11-11 11:45:07.181990: E tensorflow/core/ring_alg.cc:279] ".
 _TF_CPP = re.compile(
@@ -203,6 +205,9 @@ def normalise(raw: str) -> Line:
                 line.ts_text = m["ts"]
                 line.ts = _epoch(m["ts"][:10], m["ts"][11:19])
                 prefixes.append("ci_timestamp")
+            elif (m := _BARE_STAMP.match(text)) is not None:
+                line.ts_text, line.ts = f"{m['date']} {m['hms']}", _epoch(m["date"], m["hms"])
+                prefixes.append("logging")
             elif not prefixes and (m := _SRUN_LABEL.match(text)) is not None:
                 prefixes.append("srun_label")
         elif text[:1] in "DIWEC" and (m := _GLOG.match(text)) is not None:

@@ -15,7 +15,7 @@ from typing import Any
 import regex
 
 from logscope.align.model import Aligned
-from logscope.align.state import PROGRESS_KINDS
+from logscope.align.state import PROGRESS_KINDS, SAME_MOMENT_S, clock
 from logscope.events.catalogue import kinds
 from logscope.events.rank_values import STEP_VALUE
 from logscope.ingest.normalise import nccl_process
@@ -379,6 +379,9 @@ CONDITIONS = {
 SEQ_REPORT_KINDS = kinds("nccl_pg_status", "nccl_dump_signal", "collective_fingerprint")
 # A SeqNum told this long after the failure's reports is not where the rank stood when they failed.
 LATER_S = 10.0
+# A rank's lines of its own work, not of the communication layer: printed while its peers waited in a collective,
+# they show it was elsewhere.
+OWN_WORK_KINDS = PROGRESS_KINDS | kinds("rank_line")
 
 
 def culprits_for(rule: Rule, ctx: Context, hit: Hit) -> list[int]:
@@ -608,11 +611,32 @@ def _silent_peers(ctx: Context, hit: Hit) -> list[int]:
         # came back to the collective late and found them gone. It is the one they waited for.
         peers = sorted(r for r in ctx.visible - reporters if _came_back_late(ctx, r, hit))
     if not peers:
+        peers = _busy_while_waited(ctx, hit, reporters, erred)
+    if not peers:
         peers = _the_one_not_reporting(ctx, hit, reporters, erred)
     # The culprit is the minority that is somewhere else; when most ranks are silent, silence says nothing.
     if peers and len(peers) <= len(reporters):
         return peers
     return []
+
+
+def _busy_while_waited(ctx: Context, hit: Hit, reporters: set[int], erred: set[int]) -> list[int]:
+    """Ranks that printed lines of their own work (progress, their script's rank-tagged lines) while the reporters
+    waited in the collective that timed out, between entering it (a timeout before their timeouts) and timing out,
+    with no error of their own: they were elsewhere, and the others waited for them."""
+    timeouts = [t for e in hit.events if (t := int_or_none(e["_f"].get("timeout_ms"))) is not None]
+    failed_at = min((ctx.order(e)[0] for e in hit.events), default=float("inf"))
+    if not timeouts or failed_at == float("inf"):
+        return []
+    entered = failed_at - max(timeouts) / 1000
+    return sorted(
+        r
+        for r in ctx.visible - reporters - erred
+        if any(
+            e["kind"] in OWN_WORK_KINDS and (at := clock(e)) is not None and entered + SAME_MOMENT_S < at <= failed_at
+            for e in ctx.by_rank.get(r, [])
+        )
+    )
 
 
 def _the_one_not_reporting(ctx: Context, hit: Hit, reporters: set[int], erred: set[int]) -> list[int]:

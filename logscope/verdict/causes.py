@@ -26,7 +26,7 @@ from typing import Any
 
 import regex
 
-from logscope.align.state import clock
+from logscope.align.state import SAME_MOMENT_S, clock
 from logscope.rules.api import PEER_CAUSED, REMOTE_KINDS, TAGGED
 from logscope.vocab import SEVERITY_ORDER, Event, Evidence, Finding, Role, Severity
 
@@ -61,8 +61,6 @@ CAUSES = frozenset(
 # Failures that end the process they happen in (a timeout raises, a crash or an OOM kills it): its peers then lose
 # their connection to it.
 ENDS_A_PROCESS = frozenset({"collective_timeout", "crash", "oom"})
-# Two findings whose first lines are this close in time started together (clocks print whole seconds).
-SAME_MOMENT_S = 1.0
 
 
 def is_remote_line(e: Event | Evidence) -> bool:
@@ -200,18 +198,28 @@ def _explainer(
             # A sync that never completed and names nobody, beside a rank that failed by itself or runs another
             # model: the sync is a collective, and that rank is why it never completed.
             explains = True
+        elif (
+            f["category"] == "config_disagreement"
+            and g["category"] == "collective_mismatch"
+            and _left_early_with_its_setting(f, g, world, erred)
+        ):
+            # The rank with another setting than the majority's is the one that ran fewer collectives and left
+            # without an error of its own (a stale max_steps): the labelling guide's reading of a rank that leaves
+            # early is the mismatch, the setting says why.
+            explains = True
         elif f["category"] == "collective_mismatch" and g["category"] == "config_disagreement":
             # Ranks that run with different settings call different collectives: the disagreement is the cause.
-            explains = True
+            explains = not _left_early_with_its_setting(g, f, world, erred)
         elif f["category"] == "crash" and g["category"] == "config_disagreement" and g["culprit_ranks"]:
-            # A rank that runs with another setting than its peers fails of it (its loss diverges), every rank's
+            # A rank that runs with another setting than its peers fails of it (its loss diverges; one of a node's
+            # ranks with another setting aborts and takes its node down), every rank's
             # check that the replicas agree raises, or all its peers fail taking its parameters (a model of
             # another size): the setting is the cause. A crash of some other rank is not.
             # A programming error of the odd rank's own (a TypeError on a string it was given, a ValueError of its
             # own check) is a bug its code path hits, which one GPU with that setting would hit too: the crash is
             # the cause, the setting where to look.
             crashed, odd = set(f["culprit_ranks"]), set(g["culprit_ranks"])
-            explains = (crashed == odd and not _programming_error(f)) or (
+            explains = (bool(crashed) and crashed <= odd and not _programming_error(f)) or (
                 len(crashed) >= 2 and (crashed == world or crashed == world - odd)
             )
         elif f["category"] in SYMPTOMS and g["specificity"] > f["specificity"]:
@@ -228,6 +236,13 @@ def _explainer(
         if explains and (best is None or g["specificity"] > best["specificity"]):
             best = g
     return best
+
+
+def _left_early_with_its_setting(config: Finding, mismatch: Finding, world: set[int], erred: set[int]) -> bool:
+    """The ranks that printed another setting than the majority's (three ranks or more: of two, neither is the odd
+    one) are those the mismatch names, and they printed no error of their own."""
+    odd = set(config["culprit_ranks"])
+    return len(world) >= 3 and bool(odd) and odd == set(mismatch["culprit_ranks"]) and not odd & erred
 
 
 def _programming_error(f: Finding) -> bool:
