@@ -51,6 +51,8 @@ def differences(lines: list[str]) -> list[tuple[int, str]]:
         # torchrun's own line about each worker's exit ("failed (exitcode: -6) local_rank: 1 ..."): an exit, no
         # setting.
         ("r16c_maxrestarts_sigkill_rank0_restart_fails_ws2", "failed (exitcode", []),
+        # Pinned to a step, a line is compared whatever its words ("token-keep mask"): 120 entries on rank 1.
+        ("r31e_accel_broadcast_vocab_mask_120_vs_128_rank1_ws3", "vocab file loaded", [(1, "step_value")]),
     ],
 )
 def test_rank_value_differences(run: str, needle: str, want: list[tuple[int, str]]) -> None:
@@ -77,12 +79,19 @@ def test_settings_printed_without_an_equals_sign() -> None:
     assert differences(lines) == [(2, "setting")]
 
 
-def test_a_setting_that_splits_the_ranks_by_the_console_folder_they_are_in() -> None:
-    # Two agents, each with its console in its node's folder: node1's ranks print "micro batch 24", node0's 32
-    # (fixtures/blind_runs/r30c_2agents_console_dtensor_tp_node1_micro_bs24_ws4).
-    run = BLIND / "r30c_2agents_console_dtensor_tp_node1_micro_bs24_ws4"
+@pytest.mark.parametrize(
+    ("run", "needle"),
+    [
+        # Two agents, each with its console in its node's folder: node1's ranks print "micro batch 24", node0's 32.
+        ("r30c_2agents_console_dtensor_tp_node1_micro_bs24_ws4", "micro batch"),
+        # "fsdp2: hidden 96, 14986 sharded params" beside a single setting ("fsdp2: hidden"): compared only because
+        # the values split the ranks by node.
+        ("r31c_2agents_tee_fsdp2_node1_hidden96_ws4", "fsdp2: hidden"),
+    ],
+)
+def test_a_setting_that_splits_the_ranks_by_the_console_folder_they_are_in(run: str, needle: str) -> None:
     data = {
-        f"{node}/console.log": ("\n".join(lines_with(run / node / "console.log", "micro batch")) + "\n").encode()
+        f"{node}/console.log": ("\n".join(lines_with(BLIND / run / node / "console.log", needle)) + "\n").encode()
         for node in ("node0", "node1")
     }
     sources = [Source(path, "console", len(text)) for path, text in data.items()]

@@ -48,6 +48,7 @@ _DIGITS_AS_LETTERS = str.maketrans("0123456789", "abcdefghij")
 # tensor's width, or its share of an uneven split), not a setting; it names a failure's rank (LS204), no failure.
 LOOP_FACET = "@loop "
 STEP_VALUE = "step_value"  # the `about` of a value a rank computed at a step (rules/engine.py reads it)
+BY_NODE_ONLY = " #by-node"  # the end of a facet compared only where its values split the ranks by node
 # A setting named for the loop's progress ("step=12", "global_step: 40") or for how the process ended ("exitcode: -6"
 # in torchrun's line about each worker); "grad_accum_steps" or "max_steps" is the job's configuration.
 _DYNAMIC_KEY = re.compile(
@@ -149,16 +150,16 @@ def _facets(
         ]
         # On a line of settings, numbers outside them ("ds config: micro_batch 8 ... zero stage 1") are settings too,
         # compared together (words with a slash left out). NCCL's own lines print timings so.
+        # Beside a single setting ("fsdp2: hidden 96, 14986 sharded params", where "fsdp2: hidden" reads as one)
+        # they may be data a rank computed: compared only where they split the ranks by node.
         bare = _SLASHED.sub(" ", _SPACED_SETTING.sub(" ", _SETTING.sub(" ", rest)))
-        if (
-            len(settings) >= 2
-            and nccl_process(text) is None
-            and not _VARYING.search(bare)
-            and (values := tuple(_NUMBER.findall(bare)))
-        ):
-            facets.append((f"{LOOP_FACET if loop else ''}{skeleton} #", values, text))
+        if nccl_process(text) is None and not _VARYING.search(bare) and (values := tuple(_NUMBER.findall(bare))):
+            mark = " #" if len(settings) >= 2 else BY_NODE_ONLY
+            facets.append((f"{LOOP_FACET if loop else ''}{skeleton}{mark}", values, text))
         return rank, facets
-    if _VARYING.search(rest):
+    # (A line pinned to a step is compared whatever its words: its values only ever name the rank of a size check
+    # that names none, and at one step a majority that agrees on a count of tokens or samples is one.)
+    if _VARYING.search(rest) and not loop:
         return None
     values = tuple(_NUMBER.findall(rest))
     return (rank, [((LOOP_FACET if loop else "") + template, values, text)]) if values else None
@@ -243,7 +244,11 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
             about_what = STEP_VALUE
         if about_what == "setting" and _COMM_SETTING.match(facet.rsplit(" | ", 1)[-1]):
             about_what = "comm_setting"
-        if len(per_rank) == 2 and about_what in ("setting", "comm_setting") and 0 in per_rank:
+        if facet.endswith(BY_NODE_ONLY):
+            if about_what != "setting" or (by_node := _node_split(per_rank, sources)) is None:
+                continue
+            common, odd = by_node
+        elif len(per_rank) == 2 and about_what in ("setting", "comm_setting") and 0 in per_rank:
             # Two ranks and no majority: the one that is not rank 0 (whose parameters and config the others take)
             # differs from it (rule LS409).
             (other,) = set(per_rank) - {0}

@@ -20,6 +20,7 @@ from logscope.events.catalogue import kinds
 from logscope.events.rank_values import STEP_VALUE
 from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import API_OPTYPE, CHECKS, COMM_FAMILY, REMOTE_KINDS, Context, Hit, Rule, breaks_own_pattern
+from logscope.rules.checks.collectives import LATER_S, timed_out_late
 from logscope.rules.checks.failures import first_own_error, only_failed_worker
 from logscope.values import int_or_none
 from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER, Event, Evidence, Finding, Phase
@@ -377,8 +378,6 @@ CONDITIONS = {
 # ---------------------------------------------------------------------------------------------- culprits
 # Lines that tell where a rank's queue of collectives stood (align folds them into last_seq_enqueued/completed).
 SEQ_REPORT_KINDS = kinds("nccl_pg_status", "nccl_dump_signal", "collective_fingerprint")
-# A SeqNum told this long after the failure's reports is not where the rank stood when they failed.
-LATER_S = 10.0
 # A rank's lines of its own work, not of the communication layer: printed while its peers waited in a collective,
 # they show it was elsewhere.
 OWN_WORK_KINDS = PROGRESS_KINDS | kinds("rank_line")
@@ -516,7 +515,7 @@ def _laggards(ctx: Context, hit: Hit) -> list[int]:
     """The rank(s) with the lowest SeqNum among the timed-out / stuck ranks' reports; where clocks show that some
     ranks timed out only well after the others, in agreement on the collective, the late ones."""
     reported_by = min((ctx.order(e)[0] for e in hit.events), default=float("inf"))
-    if (late := _timed_out_late(ctx, hit, reported_by)) is not None:
+    if (late := timed_out_late(ctx, hit.events)) is not None:
         return late
     seqs: dict[int, int] = {}
     for e in hit.events:
@@ -541,27 +540,6 @@ def _laggards(ctx: Context, hit: Hit) -> list[int]:
         low = min(seqs.values())
         return sorted(r for r, s in seqs.items() if s == low)
     return []
-
-
-def _timed_out_late(ctx: Context, hit: Hit, reported_by: float) -> list[int] | None:
-    """A collective's timer starts when the rank enqueues it: the ranks whose watchdogs fired first, on one SeqNum,
-    had entered it first and waited; a rank whose own timeout came well after theirs entered late (a straggler
-    that then ran on into later collectives). None when the clocks do not tell that apart."""
-    if reported_by == float("inf"):
-        return None
-    first: dict[int, float] = {}
-    first_seq: dict[int, int | None] = {}
-    for e in sorted(hit.events, key=ctx.order):
-        rank, when = e["rank"], ctx.order(e)[0]
-        if rank is None or when == float("inf") or rank in first or (e["pg"] or "0") != "0":
-            continue
-        first[rank], first_seq[rank] = when, e["seq"]
-    early = {r for r, when in first.items() if when <= reported_by + LATER_S}
-    late = sorted(set(first) - early)
-    seqs = {first_seq[r] for r in early}
-    if late and len(late) < len(early) and len(seqs) == 1 and None not in seqs:
-        return late
-    return None
 
 
 def _seq_reports(ctx: Context, rank: int) -> list[tuple[float, int]]:
@@ -657,9 +635,30 @@ def _came_back_late(ctx: Context, rank: int, hit: Hit) -> bool:
     if first is None or first["kind"] not in REMOTE_KINDS or not hit.events:
         return False
     # Lines of different files compare only by their clocks; lines of one file by their place in it.
-    return all(
-        ctx.order(first)[0] > ctx.order(e)[0] if e["sid"] != first["sid"] else first["line"] > e["line"]
-        for e in hit.events
+    if all(ctx.order(e)[0] < float("inf") for e in hit.events if e["sid"] != first["sid"]) and (
+        ctx.order(first)[0] < float("inf") or all(e["sid"] == first["sid"] for e in hit.events)
+    ):
+        return all(
+            ctx.order(first)[0] > ctx.order(e)[0] if e["sid"] != first["sid"] else first["line"] > e["line"]
+            for e in hit.events
+        )
+    return _worked_before(ctx, rank, first)
+
+
+def _worked_before(ctx: Context, rank: int, error: Event) -> bool:
+    """Without clocks to compare: after its last progress line the rank printed its own work (its script's lines: a
+    checkpoint upload, an evaluation), in that file, and its error is a lost connection, not a timeout of its own:
+    it was elsewhere when its peers entered the collective, and came to it after they had given up."""
+    progress = [e for e in ctx.by_rank.get(rank, []) if e["kind"] in PROGRESS_KINDS]
+    if not progress:
+        return False
+    last = max(progress, key=lambda e: (e["sid"] == error["sid"], e["line"]))
+    return any(
+        e["kind"] == "rank_line"
+        and e["sid"] == last["sid"]
+        and e["line"] > last["line"]
+        and not (e["sid"] == error["sid"] and e["line"] > error["line"])
+        for e in ctx.by_rank.get(rank, [])
     )
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import regex
 
 from logscope.align.state import SAME_MOMENT_S, clock
-from logscope.rules.api import PEER_CAUSED, REMOTE_KINDS, TAGGED
+from logscope.rules.api import LOADING_PEERS_FRAME, PEER_CAUSED, REMOTE_KINDS, TAGGED
 from logscope.vocab import SEVERITY_ORDER, Event, Evidence, Finding, Role, Severity
 
 # How NCCL, gloo and c10d word a failure that another process caused.
@@ -51,6 +51,7 @@ _LOCAL_SHAPE_ERROR = regex.compile(
     r"The size of tensor a \(\d+\) must match the size of tensor b|shapes cannot be multiplied|"
     r"is invalid for input of size"
 )
+FRAME_KINDS = frozenset({"traceback_frame", "c10d_call"})
 _EXCEPTION_TYPE = regex.compile(r"(?:^|[\s:])(?:[A-Za-z_]\w*\.)*(?P<type>[A-Za-z_]\w*(?:Error|Exception)): ")
 # Categories whose findings are symptoms that another rank's failure produces.
 SYMPTOMS = frozenset({"collective_timeout", "comm_error", "stall", "crash"})
@@ -102,6 +103,9 @@ def assign_roles(findings: list[Finding], rows: list[Event]) -> None:
         for f in findings
     }
     failures = [f for f in findings if failing(f)]
+    loading_peers = {
+        id(f) for f in failures if f["category"] == "crash" and _programming_error(f) and _raised_loading_peers(f, rows)
+    }
     # Once ranks trained, the world had formed: a rendezvous error then (an agent that lost the store when its
     # peer's agent exited) is a symptom of whatever ended the run, not a world that never formed.
     formed = False
@@ -123,7 +127,14 @@ def assign_roles(findings: list[Finding], rows: list[Event]) -> None:
         f["onset"] = starts[id(f)]
     for f in failures:
         explainer = _explainer(
-            f, [g for g in failures if not headers_only[id(g)]], starts, remote_only, formed, world, erred
+            f,
+            [g for g in failures if not headers_only[id(g)]],
+            starts,
+            remote_only,
+            formed,
+            world,
+            erred,
+            id(f) in loading_peers,
         )
         if explainer is not None:
             f["role"] = Role.CONSEQUENCE
@@ -138,7 +149,10 @@ def _explainer(
     formed: bool,
     world: set[int],
     erred: set[int],
+    loading_peers: bool,
 ) -> Finding | None:
+    """The finding that explains `f` (the most specific of those that do), None when `f` is a cause.
+    `loading_peers`: `f`'s exception was raised loading parameters its peers sent."""
     best: Finding | None = None
     for g in failures:
         g_went = _went_away_silently(g, remote_only)
@@ -219,7 +233,8 @@ def _explainer(
             # own check) is a bug its code path hits, which one GPU with that setting would hit too: the crash is
             # the cause, the setting where to look.
             crashed, odd = set(f["culprit_ranks"]), set(g["culprit_ranks"])
-            explains = (bool(crashed) and crashed <= odd and not _programming_error(f)) or (
+            own_bug = _programming_error(f) and not loading_peers  # (a shape error loading a peer's tensor is not)
+            explains = (bool(crashed) and crashed <= odd and not own_bug) or (
                 len(crashed) >= 2 and (crashed == world or crashed == world - odd)
             )
         elif f["category"] in SYMPTOMS and g["specificity"] > f["specificity"]:
@@ -251,6 +266,21 @@ def _programming_error(f: Finding) -> bool:
     RuntimeError loading their parameters, a check that the replicas agree)."""
     raised = [(m["type"], item["text"]) for item in f["evidence"] if (m := _EXCEPTION_TYPE.search(item["text"]))]
     return bool(raised) and all(t in PROGRAMMING_ERRORS or _LOCAL_SHAPE_ERROR.search(text) for t, text in raised)
+
+
+def _raised_loading_peers(f: Finding, rows: list[Event]) -> bool:
+    """Some exception of the finding was raised inside a load of parameters its peers sent (a state dict broadcast
+    from rank 0, a sync of module states): a shape error there is a peer's tensor against this rank's model."""
+    for item in f["evidence"]:
+        frames = [
+            e for e in rows if e["source"] == item["path"] and e["rank"] == item["rank"] and e["line"] < item["line"]
+        ]
+        for e in sorted(frames, key=lambda e: e["line"], reverse=True):
+            if e["kind"] == "traceback_start":
+                break
+            if e["kind"] in FRAME_KINDS and LOADING_PEERS_FRAME.search(e["text"]):
+                return True
+    return False
 
 
 def _reads_the_same_lines(f: Finding, g: Finding) -> bool:

@@ -9,6 +9,8 @@ from logscope.rules.checks.failures import comm_ranks
 from logscope.rules.checks.rows import traceback_frames
 from logscope.vocab import Event
 
+# A rank's report this long after the failure's first reports came late: not where it stood when the others failed.
+LATER_S = 10.0
 # The call a rank was in when its gradient collective failed: DDP's all_reduce runs in the autograd engine's hooks.
 BACKWARD = "backward"
 
@@ -58,3 +60,28 @@ def timed_out_in_a_collective(ctx: Context, exception: Event) -> Event | None:
     ]
     said = " ".join([str(exception["_f"].get("reason") or ""), *after])
     return frames[-1] if TIMED_OUT.search(said) else None
+
+
+def timed_out_late(ctx: Context, timeouts: list[Event]) -> list[int] | None:
+    """A collective's timer starts when the rank enqueues it: the ranks whose watchdogs fired first had entered it
+    first and waited; a rank whose own timeout came well after theirs entered late (a straggler that then ran on
+    into later collectives). The early ones agree on the collective, or the late one had caught up with the furthest
+    of them (a broadcast's ring: the rank after the straggler waits in an earlier one). None when the clocks do not
+    tell that apart."""
+    reported_by = min((ctx.order(e)[0] for e in timeouts), default=float("inf"))
+    if reported_by == float("inf"):
+        return None
+    first: dict[int, float] = {}
+    first_seq: dict[int, int | None] = {}
+    for e in sorted(timeouts, key=ctx.order):
+        rank, when = e["rank"], ctx.order(e)[0]
+        if rank is None or when == float("inf") or rank in first or (e["pg"] or "0") != "0":
+            continue
+        first[rank], first_seq[rank] = when, e["seq"]
+    early = {r for r, when in first.items() if when <= reported_by + LATER_S}
+    late = sorted(set(first) - early)
+    seqs = {first_seq[r] for r in early}
+    if not late or len(late) >= len(early) or None in seqs:
+        return None
+    caught_up = all((seq := first_seq[r]) is not None and seq >= max(s for s in seqs if s is not None) for r in late)
+    return late if len(seqs) == 1 or caught_up else None

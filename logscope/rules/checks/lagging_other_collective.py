@@ -7,6 +7,7 @@ from typing import Any
 
 from logscope.align.flight import NEEDS_EVERY_RANK
 from logscope.rules.api import Context, Hit, Rule, check
+from logscope.rules.checks.collectives import timed_out_late
 from logscope.vocab import Event
 
 
@@ -21,7 +22,9 @@ def lagging_other_collective(rule: Rule, ctx: Context, events: list[Event], para
             continue
         if rank not in pending or seq < seqs[rank]:
             pending[rank], seqs[rank] = e, seq
-    if len(pending) < 2:
+    if len(pending) < 2 or timed_out_late(ctx, events) is not None:
+        # A rank whose own timeout came well after its peers' was a straggler: the SeqNums differ because it was
+        # late (LS101 names it), not because a rank took another code path.
         return None
     low = min(seqs.values())
     high = max(seqs.values())

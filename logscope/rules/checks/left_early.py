@@ -11,6 +11,8 @@ from logscope.events.catalogue import kinds
 from logscope.rules.api import COMM_FAMILY, Context, Hit, Rule, check
 from logscope.vocab import Event
 
+# A line a process prints as it exits.
+EXIT_KINDS = kinds("benign_pg_not_destroyed")
 # Failures of a rank's own making (as opposed to what a peer's failure made it report).
 OWN_FAULT_KINDS = kinds(
     "python_exception", "segfault", "fatal_python_error", "terminate_called", "cuda_oom", "host_oom", "error_file"
@@ -32,8 +34,9 @@ def left_early(rule: Rule, ctx: Context, events: list[Event], params: dict[str, 
         and s.first_error is None
         and s.exit_code in (None, 0)
         # Gone before the teardown, from inside its training loop (a log that stops at the sync left no loop, unless
-        # a peer's progress shows it trained on past its last line).
-        and (s.ended or (r in unlisted and (s.reached_train or r in joined)))
+        # a peer's progress shows it trained on past its last line), or its process reached its exit (c10d's warning
+        # that the process group was not destroyed is printed there).
+        and (s.ended or (r in unlisted and (s.reached_train or r in joined)) or bool(s.kinds & EXIT_KINDS))
     )
     waiting = sorted(r for r, s in ctx.states.items() if s.first_error is not None and not s.ended and _waited(ctx, r))
     waited = "were still in a collective and then failed waiting for it (timeout, or the connection to it closed)"
@@ -41,7 +44,7 @@ def left_early(rule: Rule, ctx: Context, events: list[Event], params: dict[str, 
         waited = "logged on no further, waiting in a collective until the job was stopped"
         # Nothing failed and the job never finished: the peers of a rank that ended its loop wait in a collective
         # it will not join until the job is stopped from outside (no timeout fired, or none was set).
-        waiting = sorted(r for r, s in ctx.states.items() if s.status == "visible" and not s.ended)
+        waiting = sorted(r for r, s in ctx.states.items() if s.status == "visible" and not s.ended and r not in leavers)
     own_fault = [
         s for s in ctx.states.values() if s.first_error is not None and s.first_error["kind"] in OWN_FAULT_KINDS
     ]
