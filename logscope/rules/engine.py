@@ -513,7 +513,7 @@ def _device_named(ctx: Context, hit: Hit) -> list[int]:
 
 def _laggards(ctx: Context, hit: Hit) -> list[int]:
     """The rank(s) with the lowest SeqNum among the timed-out / stuck ranks' reports; where clocks show that some
-    ranks timed out only well after the others, in agreement on the collective, the late ones."""
+    ranks timed out only well after the others, the late ones (checks/collectives.py timed_out_late)."""
     reported_by = min((ctx.order(e)[0] for e in hit.events), default=float("inf"))
     if (late := timed_out_late(ctx, hit.events)) is not None:
         return late
