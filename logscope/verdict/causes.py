@@ -28,6 +28,7 @@ import regex
 
 from logscope.align.state import SAME_MOMENT_S, clock
 from logscope.rules.api import LOADING_PEERS_FRAME, PEER_CAUSED, REMOTE_KINDS, TAGGED
+from logscope.rules.checks.rows import TRACEBACK_FRAME_KINDS
 from logscope.vocab import SEVERITY_ORDER, Event, Evidence, Finding, Role, Severity
 
 # How NCCL, gloo and c10d word a failure that another process caused.
@@ -51,7 +52,6 @@ _LOCAL_SHAPE_ERROR = regex.compile(
     r"The size of tensor a \(\d+\) must match the size of tensor b|shapes cannot be multiplied|"
     r"is invalid for input of size"
 )
-FRAME_KINDS = frozenset({"traceback_frame", "c10d_call"})
 _EXCEPTION_TYPE = regex.compile(r"(?:^|[\s:])(?:[A-Za-z_]\w*\.)*(?P<type>[A-Za-z_]\w*(?:Error|Exception)): ")
 # Categories whose findings are symptoms that another rank's failure produces.
 SYMPTOMS = frozenset({"collective_timeout", "comm_error", "stall", "crash"})
@@ -226,9 +226,9 @@ def _explainer(
             explains = not _left_early_with_its_setting(g, f, world, erred)
         elif f["category"] == "crash" and g["category"] == "config_disagreement" and g["culprit_ranks"]:
             # A rank that runs with another setting than its peers fails of it (its loss diverges; one of a node's
-            # ranks with another setting aborts and takes its node down), every rank's
-            # check that the replicas agree raises, or all its peers fail taking its parameters (a model of
-            # another size): the setting is the cause. A crash of some other rank is not.
+            # ranks with another setting aborts and takes its node down), every rank's check that the replicas
+            # agree raises, or all its peers fail taking its parameters (a model of another size): the setting is
+            # the cause. A crash of some other rank is not.
             # A programming error of the odd rank's own (a TypeError on a string it was given, a ValueError of its
             # own check) is a bug its code path hits, which one GPU with that setting would hit too: the crash is
             # the cause, the setting where to look.
@@ -278,7 +278,7 @@ def _raised_loading_peers(f: Finding, rows: list[Event]) -> bool:
         for e in sorted(frames, key=lambda e: e["line"], reverse=True):
             if e["kind"] == "traceback_start":
                 break
-            if e["kind"] in FRAME_KINDS and LOADING_PEERS_FRAME.search(e["text"]):
+            if e["kind"] in TRACEBACK_FRAME_KINDS and LOADING_PEERS_FRAME.search(e["text"]):
                 return True
     return False
 
