@@ -76,9 +76,6 @@ REMOTE_KINDS = TAGGED("remote", "teardown")
 # An exception whose own message says another rank caused it: Horovod shuts every rank down after one rank's
 # exception (or after a rank finished while the others still reduce).
 PEER_CAUSED = regex.compile(r"Horovod has been shut down\. This was caused by an exception on one of the ranks")
-# A traceback frame in a load of parameters that peers send (the initial parameter sync of frameworks without a sync
-# line): "in set_model_state_dict", "in _broadcast_state_dict", "in load_state_dict", "in _sync_module_states".
-LOADING_PEERS_FRAME = regex.compile(r", in \w*(?:state_dict|sync_module_states|sync_params)\w*$")
 CATEGORY_OF_TAG = (
     ("oom", "oom"),
     ("rendezvous", "rendezvous_failure"),

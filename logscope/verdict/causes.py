@@ -27,7 +27,7 @@ from typing import Any
 import regex
 
 from logscope.align.state import SAME_MOMENT_S, clock
-from logscope.rules.api import LOADING_PEERS_FRAME, PEER_CAUSED, REMOTE_KINDS, TAGGED
+from logscope.rules.api import PEER_CAUSED, REMOTE_KINDS, TAGGED
 from logscope.rules.checks.rows import TRACEBACK_FRAME_KINDS
 from logscope.vocab import SEVERITY_ORDER, Event, Evidence, Finding, Role, Severity
 
@@ -52,6 +52,9 @@ _LOCAL_SHAPE_ERROR = regex.compile(
     r"The size of tensor a \(\d+\) must match the size of tensor b|shapes cannot be multiplied|"
     r"is invalid for input of size"
 )
+# A traceback frame in a load of parameters that peers send: "in set_model_state_dict", "in _broadcast_state_dict",
+# "in load_state_dict", "in _sync_module_states".
+_LOADING_PEERS_FRAME = regex.compile(r", in \w*(?:state_dict|sync_module_states|sync_params)\w*$")
 _EXCEPTION_TYPE = regex.compile(r"(?:^|[\s:])(?:[A-Za-z_]\w*\.)*(?P<type>[A-Za-z_]\w*(?:Error|Exception)): ")
 # Categories whose findings are symptoms that another rank's failure produces.
 SYMPTOMS = frozenset({"collective_timeout", "comm_error", "stall", "crash"})
@@ -278,7 +281,7 @@ def _raised_loading_peers(f: Finding, rows: list[Event]) -> bool:
         for e in sorted(frames, key=lambda e: e["line"], reverse=True):
             if e["kind"] == "traceback_start":
                 break
-            if e["kind"] in TRACEBACK_FRAME_KINDS and LOADING_PEERS_FRAME.search(e["text"]):
+            if e["kind"] in TRACEBACK_FRAME_KINDS and _LOADING_PEERS_FRAME.search(e["text"]):
                 return True
     return False
 
