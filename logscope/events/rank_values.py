@@ -49,6 +49,7 @@ _DIGITS_AS_LETTERS = str.maketrans("0123456789", "abcdefghij")
 LOOP_FACET = "@loop "
 STEP_VALUE = "step_value"  # the `about` of a value a rank computed at a step (rules/engine.py reads it)
 BY_NODE_ONLY = " #by-node"  # the end of a facet compared only where its values split the ranks by node
+DTYPE_FACET = " #dtype"  # the end of a facet of the element types a line names
 # A setting named for the loop's progress ("step=12", "global_step: 40") or for how the process ended ("exitcode: -6"
 # in torchrun's line about each worker); "grad_accum_steps" or "max_steps" is the job's configuration.
 _DYNAMIC_KEY = re.compile(
@@ -62,9 +63,10 @@ _VARYING_WORDS = (
     r"memory|mem|gb|mb|throughput|speed|samples?|tokens?|date|hash|checksum"
 )
 _VARYING_LEAD = r"(?i)https?://|/|\\|@|0x[0-9a-f]+|(?<![0-9a-z])(?=[0-9a-f]{8,}(?![0-9a-z]))[0-9]*[a-f]|(?<![a-z])"
-_VARYING = re.compile(rf"{_VARYING_LEAD}(?:lr|{_VARYING_WORDS})(?![a-z])")
+_VARYING = re.compile(rf"{_VARYING_LEAD}(?:lr|batches|{_VARYING_WORDS})(?![a-z])")
 # A setting's name: a learning rate given as a setting ("lr=0.05", "lr_schedule=constant") is the job's, the same
-# on every rank; only where a line prints it among progress numbers does it move.
+# on every rank; only where a line prints it among progress numbers does it move. So is a count of batches named
+# "batches": in a line's words it is the rank's share of the data ("local data exhausted after 5 batches").
 _VARYING_KEY = re.compile(rf"{_VARYING_LEAD}(?:{_VARYING_WORDS})(?![a-z])")
 # A quantity per device, GPU or node is the job's setting ("per_device_train_batch_size",
 # "train_micro_batch_size_per_gpu"), not the rank's device.
@@ -87,10 +89,14 @@ _SLASHED = re.compile(r"\S*/\S*")
 _CLOCK = re.compile(r"(?<![\d.:])(?:\d{4}-\d\d-\d\d[ T])?\d{1,2}:\d\d:\d\d(?:[.,]\d+)?(?![\d:])|\d{4}-\d\d-\d\d")
 # A C++ logger's source location: "[/__w/.../gloo/transport/tcp/debug_logger.cc:9]", "ProcessGroupNCCL.cpp:612]".
 _CPP_SOURCE = re.compile(r"\.(?:cc|cpp|cu|h|hpp):\d+\]")
+# torch's name of a tensor's element type as str(dtype) prints it: "torch.float32", "torch.bfloat16", "torch.int64".
+_DTYPE = re.compile(r"\btorch\.(?:b?float\d*|u?int\d+|complex\d+|half|double|long|bool)\b")
 # A template about tensors going into a collective: a difference there is a collective mismatch. Whole words, so a
 # setting is not one: "DistributedType.MULTI_CPU, mixed_precision=bf16", "tensorboard_dir", "param_dtype".
 # (Also the process groups a rank creates: new_group is a collective every rank must call in the same order.)
-_TENSOR = re.compile(r"(?i)\btensors?\b|torch\.Size|shape|numel|\bdtype\b|bucket|\bsub-?groups?\b|new_group")
+_TENSOR = re.compile(
+    r"(?i)\btensors?\b|torch\.Size|shape|numel|\bdtype\b|bucket|\bsub-?groups?\b|new_group|" + _DTYPE.pattern
+)
 # A setting of the communication layer ("NCCL_SOCKET_IFNAME=ens5"): a rank that differs there fails to connect, a
 # comm error its own lines show, or runs on with another transport.
 _COMM_SETTING = re.compile(r"(?:NCCL|GLOO|TORCH_NCCL|UCX|FI|TP_SOCKET)_[A-Z_]+$")
@@ -123,14 +129,18 @@ def _facets(
     # step is compared across ranks (what each rank fed a collective then). Its digits become letters so that they
     # stay in the template and are no value.
     pinned = _PINNED.sub(lambda m: "<" + m[0].rstrip(" :,").translate(_DIGITS_AS_LETTERS) + ">", rest)
+    # The element types a line names are compared on their own (at that step), whatever else it says: a step's
+    # count may be the rank's share of an uneven split, a shard's size its own; a tensor's type is neither.
+    found_dtypes = tuple(_DTYPE.findall(rest))
+    dtypes = [(" ".join(_NUMBER.sub("0", pinned).split()) + DTYPE_FACET, found_dtypes, text)] if found_dtypes else []
     # Other free words about progress make a line of the loop; a setting named so ("gradient_accumulation_steps 2")
     # is only left out.
     if _DYNAMIC.search(_SPACED_SETTING.sub(" ", _SETTING.sub(" ", _PINNED.sub(" ", rest)))):
-        return None
+        return (rank, dtypes) if dtypes else None
     loop = pinned != rest
     rest = pinned
     if _CPP_SOURCE.search(rest):  # a library's own C++ log line (gloo's retries, c10d's internals), not a setting
-        return None
+        return (rank, dtypes) if dtypes else None
     template = " ".join(_NUMBER.sub("0", rest).split())
     # Both spellings: "ds config: micro_batch 8 gradient_accumulation_steps 2" has a "key: word" and spaced settings.
     found = _SETTING.findall(rest) + _SPACED_SETTING.findall(rest)
@@ -156,13 +166,13 @@ def _facets(
         if nccl_process(text) is None and not _VARYING.search(bare) and (values := tuple(_NUMBER.findall(bare))):
             mark = " #" if len(settings) >= 2 else BY_NODE_ONLY
             facets.append((f"{LOOP_FACET if loop else ''}{skeleton}{mark}", values, text))
-        return rank, facets
+        return rank, facets + dtypes
     # (A line pinned to a step is compared whatever its words: its values only ever name the rank of a size check
     # that names none, and at one step a majority that agrees on a count of tokens or samples is one.)
     if _VARYING.search(rest) and not loop:
-        return None
+        return (rank, dtypes) if dtypes else None
     values = tuple(_NUMBER.findall(rest))
-    return (rank, [((LOOP_FACET if loop else "") + template, values, text)]) if values else None
+    return (rank, [((LOOP_FACET if loop else "") + template, values, text), *dtypes]) if values else None
 
 
 def _pair_differs(facet: str, rank: int, mine: _Said, rank0: _Said) -> bool:
@@ -233,7 +243,9 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
             for raw in _GLUED_TAG.split(whole):
                 _read_line(raw, n, sid, labelled, first, about, one_node)
     rows: list[Event] = []
-    seen: set[int] = set()  # one event per rank: its first differing line says enough
+    # One event per rank, its first differing line, and one more where that was a step's value: a value a rank
+    # computed at a step only names a failure's rank, a setting or tensor that differs is a finding of its own.
+    seen: set[tuple[int, bool]] = set()
     for facet, per_rank in first.items():
         # A setting is about a tensor when its own name or value says so ("numel=3786" beside "shard_align=64" on a
         # line of settings: the alignment is the setting that differs); a line's numbers when the line says so.
@@ -263,10 +275,13 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
                 odd = [next(r for r, (v, *_) in per_rank.items() if v != common)]
             elif about_what == "setting" and (by_node := _node_split(per_rank, sources)):
                 common, odd = by_node
+            elif facet.endswith(DTYPE_FACET) and (by_node := _node_split(per_rank, sources)):
+                # Each node's ranks hold tensors of their node's type: a setting of the node's, not one rank's tensor.
+                (common, odd), about_what = by_node, "setting"
             else:
                 continue
         for rank in odd:
-            if rank in seen:
+            if (rank, about_what == STEP_VALUE) in seen:
                 continue
             _, sid, n, line = per_rank[rank]
             peer = next(p for r, (v, _, _, p) in per_rank.items() if v == common)
@@ -279,7 +294,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
             row = Extractor._row(sid, sources[sid], n, KIND, "warning", None, line, fields)
             row["grank"] = rank
             rows.append(row)
-            seen.add(rank)
+            seen.add((rank, about_what == STEP_VALUE))
     return rows
 
 

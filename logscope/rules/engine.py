@@ -22,6 +22,7 @@ from logscope.ingest.normalise import nccl_process
 from logscope.rules.api import API_OPTYPE, CHECKS, COMM_FAMILY, REMOTE_KINDS, Context, Hit, Rule, breaks_own_pattern
 from logscope.rules.checks.collectives import LATER_S, timed_out_late
 from logscope.rules.checks.failures import first_own_error, only_failed_worker
+from logscope.rules.checks.rows import said_past
 from logscope.values import int_or_none
 from logscope.vocab import PHASE_ORDER, SEVERITY_ORDER, Event, Evidence, Finding, Phase
 
@@ -149,7 +150,9 @@ def cond_last_event(rule: Rule, ctx: Context, events: list[Event]) -> Hit | None
         # Rows come file by file: a rank whose other file shows a later phase (its progress bar on stdout after
         # the sync line on stderr) did not stop at this line.
         at = PHASE_ORDER.get(live[-1]["phase"], -1)
-        if not any(PHASE_ORDER.get(r["phase"], -1) > at for r in live if r["phase"] != "fail"):
+        if not any(PHASE_ORDER.get(r["phase"], -1) > at for r in live if r["phase"] != "fail") and not said_past(
+            ctx, rank, at
+        ):
             stuck.append(live[-1])
     unranked = [r for r in ctx.rows if r["rank"] is None and r["level"] != "benign"]
     if not ctx.by_rank and unranked and unranked[-1]["kind"] in kinds:
@@ -521,6 +524,16 @@ def _laggards(ctx: Context, hit: Hit) -> list[int]:
     for e in hit.events:
         if e["rank"] is not None and e["seq"] is not None and (e["pg"] or "0") == "0":
             seqs[e["rank"]] = max(seqs.get(e["rank"], -1), e["seq"])
+    # A reporter's queue is compared as its peers' is where every reporter's PG status line tells it: the furthest
+    # it had enqueued by then, which may be past the collective that timed out. (Where one reporter's is missing,
+    # its timeout's SeqNum is compared, as theirs are.)
+    queued = {
+        rank: max(then)
+        for rank in seqs
+        if (then := [at for when, at in _seq_reports(ctx, rank) if when <= reported_by + LATER_S])
+    }
+    if len(queued) == len(seqs):
+        seqs = {rank: max(seq, queued[rank]) for rank, seq in seqs.items()}
     for rank, info in ctx.ranks.items():
         if rank in seqs or info["status"] != "visible":
             continue

@@ -10,7 +10,7 @@ checks share lives in modules named for what it is about:
 - collectives: the torch.distributed call each failing rank was in
 - stack_dumps: live processes' stack dumps, one per process, with its rank
 - flight_evidence: Flight Recorder dump entries as evidence rows
-- rows: reading event rows (a frame's function, a numeric field, a line for a message)
+- rows: reading event rows (a frame's function, a numeric field, a line for a message, how far a rank got)
 
 Importing this package registers every check; the loader imports it. The checks import logscope.rules.api and
 each other's shared modules, never the loader or the engine.
@@ -41,6 +41,7 @@ from logscope.rules.checks import (  # noqa: F401  (each module registers its ch
     pair_setting_differs,
     past_the_sync,
     peer_connection_lost,
+    received_parameters_misfit,
     root_cause_crash,
     seeds_not_offset,
     signalled_from_outside,

@@ -9,6 +9,7 @@ from typing import Any
 from logscope.events.catalogue import catalogue
 from logscope.rules.api import LAUNCHER_EXIT_KINDS, REMOTE_KINDS, Context, Hit, Rule, check
 from logscope.rules.checks.collectives import call_name, last_calls
+from logscope.rules.checks.rows import TRACEBACK_SPAN
 from logscope.vocab import Event
 
 # Lines that do not say a rank failed of its own: a peer went away, a process's exit status, a traceback's header.
@@ -28,6 +29,12 @@ def different_collective_calls(rule: Rule, ctx: Context, events: list[Event], pa
         # Another rank failed by itself: ranks that only lost their connection to it were interrupted in whatever
         # call each had reached, not stuck in calls that disagree.
         calls = {r: api for r, api in calls.items() if _failed_by_itself(ctx, r)}
+    if len(set(calls.values())) == 1 and next(iter(calls.values())) not in ROOTED_CALLS:
+        # The same function, called from different lines of the script (a subgroup's all_reduce in one place, the
+        # world's in another): different collectives. (A rooted call is often written twice, for root and others.)
+        calls = {r: f"{api} ({site})" for r, api in calls.items() if (site := _call_site(ctx, last[r]))} or calls
+        if len(calls) < len(last):
+            return None
     if len(set(calls.values())) < 2 or _drifted_past_a_rooted_call(ctx, calls):
         return None
     counts: dict[str, int] = {}
@@ -62,6 +69,22 @@ def _drifted_past_a_rooted_call(ctx: Context, calls: dict[int, str]) -> bool:
         for r, s in ctx.states.items()
         if r not in calls
     )
+
+
+def _call_site(ctx: Context, call: Event) -> str | None:
+    """Where the program called the collective: the innermost frame of its traceback outside torch ("train.py:97")."""
+    frames = [
+        f
+        for f in ctx.by_kind.get("traceback_frame", [])
+        if f["sid"] == call["sid"]
+        and f["rank"] == call["rank"]
+        and call["line"] - TRACEBACK_SPAN < f["line"] < call["line"]
+    ]
+    for f in sorted(frames, key=lambda f: f["line"], reverse=True):
+        path = str(f["_f"].get("file") or "")
+        if f["_f"].get("lineno") and "/torch/" not in path:
+            return f"{path.rsplit('/', 1)[-1]}:{f['_f']['lineno']}"
+    return None
 
 
 def _failed_by_itself(ctx: Context, rank: int | None) -> bool:

@@ -95,6 +95,8 @@ def _exited_before_teardown(ctx: Context) -> set[int]:
     saw the first failure; it then stops the ones still running ("Sending process N closing signal SIGTERM"). A
     rank it neither lists nor stops, with no error of its own, had already exited, with status 0."""
     summarised = {e["rank"] for e in _final(ctx, "child_failure")}
+    if not summarised:
+        return _not_signalled(ctx)
     nodes = {ctx.ranks[r]["node"] for r in summarised if r in ctx.ranks}
     unlisted = {
         r
@@ -110,3 +112,16 @@ def _exited_before_teardown(ctx: Context) -> set[int]:
     if len(unlisted) >= len(summarised):  # a summary that lists only a few of the ranks says nothing of the rest
         return set()
     return unlisted
+
+
+def _not_signalled(ctx: Context) -> set[int]:
+    """Without a failure summary (torchrun itself was stopped from outside), on one node: torchrun's teardown
+    signals every worker still running, one "Sending process N closing signal" line each. Where it signalled k
+    fewer processes than there are visible ranks and exactly k of them printed no error and no exit status, those
+    had already exited."""
+    sent = {e["_f"].get("pid") for e in _final(ctx, "worker_sigterm_sent")}
+    visible = [r for r, s in ctx.states.items() if s.status == "visible"]
+    if not sent or len({ctx.ranks[r]["node"] for r in visible if r in ctx.ranks}) > 1:
+        return set()
+    quiet = {r for r in visible if ctx.states[r].first_error is None and ctx.states[r].exit_code is None}
+    return quiet if 0 < len(visible) - len(sent) == len(quiet) else set()

@@ -1,13 +1,15 @@
 """Reading event rows, shared by several checks: a frame's function, a traceback's frames, a field as a number, a
-line for a message."""
+line for a message, and how far a rank got by the lines its peers printed."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import regex
+
 from logscope.events.catalogue import kinds
 from logscope.rules.api import Context
-from logscope.vocab import Event
+from logscope.vocab import PHASE_ORDER, Event
 
 # A traceback's frame lines, by whichever signature read them: plain, torch.distributed's own, torchrun's.
 TRACEBACK_FRAME_KINDS = kinds("traceback_frame", "c10d_call", "launcher_frame")
@@ -49,3 +51,26 @@ def short(text: str, width: int = 120) -> str:
     """A log line for a message: whitespace collapsed, cut to `width` characters."""
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# A line's shape for comparing what two ranks printed: numbers (its rank, counts, clocks) set aside.
+_NUMBERS = regex.compile(r"\d+")
+# Shorter lines ("[rank 1] done") say too little to place a rank by.
+MIN_SHAPE_CHARS = 24
+
+
+def said_past(ctx: Context, rank: int, at: int) -> bool:
+    """Whether a script line of the rank's own (no phase of its own, in a file without clocks) is one that a peer
+    printed past phase `at`: the rank got as far as that peer, wherever its files put the line."""
+    mine = {
+        shape
+        for e in ctx.by_rank.get(rank, [])
+        if e["kind"] == "rank_line" and len(shape := _NUMBERS.sub("0", " ".join(e["text"].split()))) >= MIN_SHAPE_CHARS
+    }
+    return bool(mine) and any(
+        PHASE_ORDER.get(e["phase"], -1) > at and e["phase"] != "fail" and any(m in peer_shape for m in mine)
+        for peer, rows in ctx.by_rank.items()
+        if peer != rank
+        for e in rows
+        if (peer_shape := _NUMBERS.sub("0", " ".join(e["text"].split())))
+    )

@@ -12,7 +12,7 @@ from typing import Any
 
 from logscope.rules.api import Context, Hit, Rule, check
 from logscope.rules.checks.failures import nothing_failed_nor_finished
-from logscope.rules.checks.rows import int_field, short
+from logscope.rules.checks.rows import int_field, said_past, short
 from logscope.rules.checks.stack_dumps import StackDump, dumps_text, stack_dumps
 from logscope.vocab import PHASE_ORDER, Event
 
@@ -86,7 +86,9 @@ def _waited_for(ctx: Context, stopped: dict[int, Event], dumps: list[StackDump])
     """The ranks the others wait for: those stopped in an earlier phase than their stuck peers, or, where stack
     dumps show peers waiting in a collective, the ranks dumped somewhere else."""
     furthest = max((s.furthest for s in ctx.states.values() if s.status == "visible"), default=-1)
-    behind = sorted(r for r in stopped if ctx.states[r].furthest < furthest) or _steps_behind(ctx, stopped)
+    behind = sorted(
+        r for r in stopped if ctx.states[r].furthest < furthest and not said_past(ctx, r, ctx.states[r].furthest)
+    ) or _steps_behind(ctx, stopped)
     culprits = behind if behind and len(behind) < len(stopped) else []
     waiting = {d.rank for d in dumps if d.rank is not None and d.collective}
     elsewhere = {d.rank for d in dumps if d.rank is not None and not d.collective} - waiting
