@@ -62,6 +62,29 @@ def test_rank_value_differences(run: str, needle: str, want: list[tuple[int, str
     assert differences(lines) == want
 
 
+@pytest.mark.parametrize(
+    ("run", "files", "needle", "want"),
+    [
+        # Ray Train's worker logs: "[rank 1] step 5: normalization stats file loaded (torch.float64); ..." where its
+        # peers print torch.float32. Pinned to a step, the line's numbers are a step's value; the element type is
+        # compared on its own and is a tensor's (a run that finished, exit 0, with wrong values on rank 1).
+        (
+            "r32e_ray_train_bcast_norm_stats_float64_vs_float32_rank1_ws3",
+            "*.out",
+            "normalization stats file loaded",
+            [(1, "step_value"), (1, "tensor")],
+        ),
+        # "[rank3] trainer: local data exhausted after 5 batches, leaving the join context", 8 on the others: a
+        # count of batches is the rank's share of the data (a healthy DDP join), no setting.
+        ("r32h_healthy_2agents_ddp_join_uneven_shard_rank3_nccl_info_ws4", "console.log", "local data exhausted", []),
+    ],
+)
+def test_rank_value_differences_across_files(run: str, files: str, needle: str, want: list[tuple[int, str]]) -> None:
+    lines = [line for path in sorted((BLIND / run).rglob(files)) for line in lines_with(path, needle)]
+    assert len(lines) >= 3
+    assert differences(lines) == want
+
+
 def test_settings_named_for_the_rank_are_not_compared() -> None:
     # "[rank 1] group_rank=1 world=2 restart_count=0 run_id=...": group_rank follows the rank by design.
     console = BLIND / "r11f_torchrun_c10d_restart_fails"
@@ -87,6 +110,9 @@ def test_settings_printed_without_an_equals_sign() -> None:
         # "fsdp2: hidden 96, 14986 sharded params" beside a single setting ("fsdp2: hidden"): compared only because
         # the values split the ranks by node.
         ("r31c_2agents_tee_fsdp2_node1_hidden96_ws4", "fsdp2: hidden"),
+        # "tp: hidden 96 dtype torch.float64, local shard of layer 0 weight (24, 48)" on node1, torch.float32 on
+        # node0: the element types split the ranks by node, a setting of the node's (its environment).
+        ("r32c_2agents_tee_dtensor_tp_node1_param_dtype_float64_ws4", "tp: hidden"),
     ],
 )
 def test_a_setting_that_splits_the_ranks_by_the_console_folder_they_are_in(run: str, needle: str) -> None:
