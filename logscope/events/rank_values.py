@@ -131,8 +131,9 @@ def _facets(
     pinned = _PINNED.sub(lambda m: "<" + m[0].rstrip(" :,").translate(_DIGITS_AS_LETTERS) + ">", rest)
     # The element types a line names are compared on their own (at that step), whatever else it says: a step's
     # count may be the rank's share of an uneven split, a shard's size its own; a tensor's type is neither.
+    template = " ".join(_NUMBER.sub("0", pinned).split())
     found_dtypes = tuple(_DTYPE.findall(rest))
-    dtypes = [(" ".join(_NUMBER.sub("0", pinned).split()) + DTYPE_FACET, found_dtypes, text)] if found_dtypes else []
+    dtypes = [(template + DTYPE_FACET, found_dtypes, text)] if found_dtypes else []
     # Other free words about progress make a line of the loop; a setting named so ("gradient_accumulation_steps 2")
     # is only left out.
     if _DYNAMIC.search(_SPACED_SETTING.sub(" ", _SETTING.sub(" ", _PINNED.sub(" ", rest)))):
@@ -141,7 +142,6 @@ def _facets(
     rest = pinned
     if _CPP_SOURCE.search(rest):  # a library's own C++ log line (gloo's retries, c10d's internals), not a setting
         return (rank, dtypes) if dtypes else None
-    template = " ".join(_NUMBER.sub("0", rest).split())
     # Both spellings: "ds config: micro_batch 8 gradient_accumulation_steps 2" has a "key: word" and spaced settings.
     found = _SETTING.findall(rest) + _SPACED_SETTING.findall(rest)
     settings = [

@@ -68,9 +68,9 @@ def said_past(ctx: Context, rank: int, at: int) -> bool:
         if e["kind"] == "rank_line" and len(shape := _NUMBERS.sub("0", " ".join(e["text"].split()))) >= MIN_SHAPE_CHARS
     }
     return bool(mine) and any(
-        PHASE_ORDER.get(e["phase"], -1) > at and e["phase"] != "fail" and any(m in peer_shape for m in mine)
+        any(m in _NUMBERS.sub("0", " ".join(e["text"].split())) for m in mine)
         for peer, rows in ctx.by_rank.items()
         if peer != rank
         for e in rows
-        if (peer_shape := _NUMBERS.sub("0", " ".join(e["text"].split())))
+        if PHASE_ORDER.get(e["phase"], -1) > at and e["phase"] != "fail"  # (only these lines are shaped)
     )
