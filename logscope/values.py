@@ -8,7 +8,7 @@ from typing import Any
 
 def int_or_none(value: Any) -> int | None:
     """An int as it is (however long); a number's text ("3", " 42 ") as an int; None for anything else (a bool too)."""
-    if isinstance(value, bool):
+    if value is None or isinstance(value, bool):  # (None is most fields' value: no exception to raise and catch)
         return None
     if isinstance(value, int):
         return value

@@ -4,10 +4,12 @@ fixtures at run time: which differences between ranks are a setting that differs
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
 
+from logscope.events import rank_values
 from logscope.events.rank_values import rank_value_differences
 from logscope.ingest.sources import Source
 
@@ -53,6 +55,9 @@ def differences(lines: list[str]) -> list[tuple[int, str]]:
         ("r16c_maxrestarts_sigkill_rank0_restart_fails_ws2", "failed (exitcode", []),
         # Pinned to a step, a line is compared whatever its words ("token-keep mask"): 120 entries on rank 1.
         ("r31e_accel_broadcast_vocab_mask_120_vs_128_rank1_ws3", "vocab file loaded", [(1, "step_value")]),
+        # "[rank2] train: step 2 loss 2.3024" repeats step 0's line but for its numbers: the step's count keeps it
+        # a line of its own (the lines a rank repeats are read once, `_read_line`), so step 2 is compared too.
+        ("r25c_tee_fsdp2_hung_telemetry_query_rank1_timeout_ws3", "train: step", [(2, "step_value")]),
     ],
 )
 def test_rank_value_differences(run: str, needle: str, want: list[tuple[int, str]]) -> None:
@@ -126,3 +131,41 @@ def test_a_setting_that_splits_the_ranks_by_the_console_folder_they_are_in(run: 
     assert sorted((row["grank"], row["_f"]["about"]) for row in rows) == [(2, "setting"), (3, "setting")]
     # In one console the same lines split no node: two ranks against two is no majority.
     assert differences([line for text in data.values() for line in text.decode().splitlines()]) == []
+
+
+def facets_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts `_facets` is asked to read from now on."""
+    calls: list[str] = []
+    read = rank_values._facets
+
+    def counted(text: str, *args: object) -> object:
+        calls.append(text)
+        return read(text, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rank_values, "_facets", counted)
+    return calls
+
+
+def test_a_line_repeated_with_other_numbers_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL's fingerprint before every collective, on four ranks: each rank's lines that
+    # differ only in their SequenceNumber say the same facets, so only the first of them is read.
+    run = BLIND / "r28h_healthy_ddp_bucket1mb_metrics_cpplog_detail_nccl_info_ws4" / "node0" / "logs"
+    lines = [line for path in sorted(run.rglob("stderr.log")) for line in lines_with(path, "Running collective")]
+    calls = facets_read(monkeypatch)
+    assert differences(lines) == []
+    # At most one line per rank, shape of what it sends (its OpType, TensorShape) and width of its SequenceNumber,
+    # not one per collective.
+    shapes = {re.sub(r"SequenceNumber=\d+", lambda m: "0" * len(m[0]), line.split("]", 2)[2]) for line in lines}
+    assert len(lines) >= 2 * len(shapes)
+    assert len(calls) <= len(shapes)
+
+
+def test_nccl_records_are_not_compared(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NCCL_DEBUG=INFO's records name the rank ("NCCL INFO comm 0x151ccfb0 rank 3 nRanks 4 nNodes 4 ..."), but its
+    # environment is LS405's and the rest is the communicator's own (pointers, timings): they are not read here.
+    run = ROOT / "fixtures" / "gpu" / "skip_broadcast_rank3_ws4_hostid" / "logs"
+    lines = [line for path in sorted(run.rglob("stdout.log")) for line in lines_with(path, " NCCL INFO ")]
+    assert sum(" rank " in line for line in lines) >= 8
+    calls = facets_read(monkeypatch)
+    assert differences(lines) == []
+    assert calls == []

@@ -14,12 +14,13 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import IO
 
 from logscope.errors import READ_ERRORS
 from logscope.events.extract import Extractor
-from logscope.ingest.normalise import Line, nccl_process, normalise
+from logscope.ingest.normalise import NCCL_RECORD, Line, normalise
 from logscope.ingest.sources import Source
 from logscope.vocab import Event
 
@@ -44,6 +45,13 @@ _RANK_TAG_VALUE = re.compile(r"(?i)\[rank\b")
 # A step's count after its word: "step 8", "epoch=3", "iteration 120/500".
 _PINNED = re.compile(r"(?i)(?<![a-z])(?:epoch|iter|iteration|step)\s*[:=#]?\s*\d+(?:\s*/\s*\d+)?(?![\d.])[ :,]*")
 _DIGITS_AS_LETTERS = str.maketrans("0123456789", "abcdefghij")
+_DIGITS_AS_ZERO = str.maketrans("0123456789", "0000000000")
+# The digits a line's facets depend on by value: its rank's, a step's count, and digits inside a name ("fsdp2",
+# "torch.float32"); every other number is masked in a facet's template and only the rank's first value counts.
+_VALUE_DIGITS = re.compile(
+    r"(?i)(?<![\w.])(?:global[_ ]?|local[_ ])?rank\s*[:=#]?\s*\d+|"
+    r"(?<![a-z])(?:epoch|iter|iteration|step)\s*[:=#]?\s*\d+(?:\s*/\s*\d+)?|[a-z_]\d+"
+)
 # The facet of a line pinned to a step of the loop: a number there is what the rank computed at that step (a
 # tensor's width, or its share of an uneven split), not a setting; it names a failure's rank (LS204), no failure.
 LOOP_FACET = "@loop "
@@ -107,6 +115,14 @@ _GLUED_TAG = re.compile(r"(?<=\S)(?=\[(?:rank|RANK|Rank) ?\d{1,5}\] )")
 _Said = tuple[tuple[str, ...], int, int, Line]
 
 
+@dataclass
+class _Read:
+    """The templates of the lines read so far (see `_read_line`)."""
+
+    spans: dict[tuple[str, int | None, int | None], list[tuple[int, int]]] = field(default_factory=dict)
+    templates: set[tuple[object, ...]] = field(default_factory=set)
+
+
 def _facets(
     text: str, label: int | None = None, one_node: bool = False
 ) -> tuple[int, list[tuple[str, tuple[str, ...], str]]] | None:
@@ -159,11 +175,11 @@ def _facets(
             (f"{LOOP_FACET if loop else ''}{skeleton} | {k}", (v,), text) for k, v in settings
         ]
         # On a line of settings, numbers outside them ("ds config: micro_batch 8 ... zero stage 1") are settings too,
-        # compared together (words with a slash left out). NCCL's own lines print timings so.
+        # compared together (words with a slash left out).
         # Beside a single setting ("fsdp2: hidden 96, 14986 sharded params", where "fsdp2: hidden" reads as one)
         # they may be data a rank computed: compared only where they split the ranks by node.
         bare = _SLASHED.sub(" ", _SPACED_SETTING.sub(" ", _SETTING.sub(" ", rest)))
-        if nccl_process(text) is None and not _VARYING.search(bare) and (values := tuple(_NUMBER.findall(bare))):
+        if not _VARYING.search(bare) and (values := tuple(_NUMBER.findall(bare))):
             mark = " #" if len(settings) >= 2 else BY_NODE_ONLY
             facets.append((f"{LOOP_FACET if loop else ''}{skeleton}{mark}", values, text))
         return rank, facets + dtypes
@@ -182,8 +198,6 @@ def _pair_differs(facet: str, rank: int, mine: _Said, rank0: _Said) -> bool:
     if " | " not in facet or _OWN_KEY.search(facet.rsplit(" | ", 1)[1]):
         return False
     text = mine[3].text
-    if nccl_process(text) is not None:  # NCCL's own lines: its environment is LS405's, its timings vary
-        return False
     if len(_SETTING.findall(text)) < 2 or len({m.group(1) for m in _RANK_IN_TEXT.finditer(text)}) > 1:
         return False
     (value,), (value0,) = mine[0], rank0[0]
@@ -203,10 +217,28 @@ def _read_line(
     first: dict[str, dict[int, _Said]],
     about: dict[str, str],
     one_node: bool,
+    read: _Read,
 ) -> None:
-    """Record the facets one rank's line says (its first line for each facet counts)."""
+    """Record the facets one rank's line says (its first line for each facet counts).
+
+    A line that repeats one already read, its numbers aside (but for those in `_VALUE_DIGITS`), says the same facets
+    for the same rank, whose first values are kept already: it is not read again. Each collective's fingerprint under
+    TORCH_DISTRIBUTED_DEBUG=DETAIL would otherwise be read in full, a fifth of a millisecond each.
+    """
     line = normalise(raw)
+    if NCCL_RECORD.match(line.text):  # NCCL's own records: its environment is LS405's, its timings vary
+        return
     label = int(labelled[1]) if labelled and line.prefixes[:1] == ("srun_label",) else None
+    blind = (line.text.translate(_DIGITS_AS_ZERO), label, line.grank)
+    # `_VALUE_DIGITS` reads a digit as any digit, so lines of one blind template have their value digits at the same
+    # places: found once per template, then sliced.
+    spans = read.spans.get(blind)
+    if spans is None:
+        spans = read.spans[blind] = [m.span() for m in _VALUE_DIGITS.finditer(line.text)]
+    template = (blind, *(line.text[start:end] for start, end in spans))
+    if template in read.templates:
+        return
+    read.templates.add(template)
     facets = _facets(line.text, label, one_node)
     if facets is None:
         return
@@ -225,6 +257,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
     # A rank's own file before a console: the console's tee copy of a line is dropped when the file has it.
     order = sorted(range(len(sources)), key=lambda sid: sources[sid].role == "console")
     one_node = len({_node(src) for src in sources}) <= 1
+    read = _Read()
     for sid in order[:MAX_SOURCES]:
         src = sources[sid]
         if src.path not in openers or src.role == "error_json":
@@ -241,7 +274,7 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
             if "\x1b" not in whole and "rank" not in whole.lower() and labelled is None:
                 continue
             for raw in _GLUED_TAG.split(whole):
-                _read_line(raw, n, sid, labelled, first, about, one_node)
+                _read_line(raw, n, sid, labelled, first, about, one_node, read)
     rows: list[Event] = []
     # One event per rank, its first differing line, and one more where that was a step's value: a value a rank
     # computed at a step only names a failure's rank, a setting or tensor that differs is a finding of its own.
