@@ -10,6 +10,7 @@ import regex
 
 from logscope import safeyaml
 from logscope.events.literals import Literals, required_literals
+from logscope.events.templates import blind
 
 LEVELS = ("benign", "info", "warning", "error")
 _KEYS = {
@@ -86,6 +87,15 @@ class Signature:
     def ascii_prefilter(self) -> str:
         """The prefilter for ASCII text (see `ascii_variant`): the same lines pass, read faster."""
         return ascii_variant(self.prefilter)
+
+    @cached_property
+    def blind_prefilter(self) -> str | None:
+        """The prefilter for a line's template, its digits read as 0 (`templates.blind`)."""
+        return blind(self.prefilter)
+
+    @cached_property
+    def blind_ascii_prefilter(self) -> str | None:
+        return blind(self.ascii_prefilter)
 
     @cached_property
     def literals(self) -> Literals | None:

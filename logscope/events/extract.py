@@ -1,7 +1,8 @@
 """Turn blocks of log text into typed events: one prefilter scan in polars, then per-signature matching.
 
 Every line goes through one scan with the union of the catalogue's prefilters (polars, Rust regex: linear time,
-both cores). Only the lines it selects are normalised and matched against the signatures in Python.
+both cores), in a batch of plain lines first once per line template (templates.py). Only the lines it selects are
+normalised and matched against the signatures in Python.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, cast
 
 import polars as pl
@@ -17,6 +19,7 @@ import regex
 
 from logscope.events.catalogue import Catalogue, Signature
 from logscope.events.table import PROMOTED_INT, PROMOTED_STR, events_frame
+from logscope.events.templates import MASK
 from logscope.ingest.normalise import normalise
 from logscope.ingest.read import Block
 from logscope.ingest.sources import Source
@@ -29,6 +32,11 @@ CONTEXT = 2  # lines either side kept for warning/error events (evidence windows
 MAX_CONTEXT_PER_SOURCE = 400
 PROBE_ROWS = 4096  # selected lines charged before the rest of a batch is filtered again (see `_batch`)
 FEW_LINES = 512  # up to this many, the hit expressions are only those of prefilters whose literals occur
+TEMPLATE_MIN_BYTES = 2 << 20  # a source this large is split into templates (see `_templatable`)
+TEMPLATE_SHARE = 8  # a source whose batch has more than one distinct template in this many lines is split plainly
+# Bounds on what `_passing` keeps, so that memory does not grow with the input.
+MAX_KNOWN_TEMPLATES = 1 << 18
+MAX_KNOWN_UNIONS = 64
 LATEST_TAIL = 64  # a block's last lines, where the latest line of a spent capped kind is looked for first
 # Quotas are per stream: a source, or in a console one rank's `[default<N>]:` lines (key sid * STREAMS + 1 + N;
 # the launcher's own lines are stream sid * STREAMS). A console holds every rank: one quota per source would let
@@ -92,6 +100,26 @@ def _fields(sig: Signature, m: regex.Match[str], text: str) -> dict[str, Any]:
         for key, value in _KV_COLON.findall(text):
             found.setdefault(key.lower().replace(" ", "_"), value)
     return found
+
+
+class _Lines:
+    """A batch's lines by row, for the few that per-line matching reads around a candidate: from the split text,
+    or, in a batch split into templates, cut out of the blocks."""
+
+    def __init__(self, frame: pl.DataFrame, data: list[bytes]) -> None:
+        self._split = "t" in frame.columns
+        self._columns = [frame["t"]] if self._split else [frame["b"], frame["o"], frame["n"]]
+        self._data = data
+        self._height = frame.height
+
+    def __len__(self) -> int:
+        return self._height
+
+    def __getitem__(self, row: int) -> str:
+        if self._split:
+            return str(self._columns[0][row])
+        block, start, length = (column[row] for column in self._columns)
+        return self._data[block][start : start + length].decode()
 
 
 SAME_START = 12  # lines whose first characters have one shape (digits aside) are records of one template
@@ -198,6 +226,9 @@ class Extractor:
         # Whether the current batch is all ASCII: then the scans use the prefilters' ASCII spelling (same lines).
         self._ascii = False
         self._ascii_union = "|".join(f"(?:{sig.ascii_prefilter})" for sig in self.signatures)
+        self._data: list[bytes] = []  # the current batch's blocks
+        self._plain: set[int] = set()  # sources whose lines are not split into templates (see `_batch`)
+        self._known: dict[str, pl.DataFrame] = {}  # blind union -> the templates tried with it (`_passing`)
 
     def run(self, blocks: Iterable[Block]) -> Extraction:
         self.feed(blocks)
@@ -208,11 +239,17 @@ class Extractor:
     def feed(self, blocks: Iterable[Block]) -> None:
         batch: list[Block] = []
         size = 0
+        templated = False
         for block in blocks:
             if block.source.role == "error_json":
                 self.lines[block.sid] += block.data.count(b"\n") + 1
                 self._error_json(block)
                 continue
+            # A batch is split into templates or plainly as a whole (`_batch`): a block of the other kind starts one.
+            if batch and self._templatable(block) != templated:
+                self._batch(batch)
+                batch, size = [], 0
+            templated = self._templatable(block)
             batch.append(block)
             size += len(block.data)
             if size >= BATCH_CHARS:
@@ -232,9 +269,41 @@ class Extractor:
         self._rows, self._contexts, self._tails, self.notes = [], {}, {}, []
         return extraction, latest
 
+    @cached_property
+    def _blind(self) -> bool:
+        """Whether every prefilter has a spelling for templates, which the scans then try first (`_select`)."""
+        return all(s.blind_prefilter and s.blind_ascii_prefilter for s in self.signatures)
+
+    def _templatable(self, block: Block) -> bool:
+        """Whether a block's lines are split into templates: a large source's (a small one's scan costs less than
+        spelling the prefilters for templates), not a paste (whose hard-wrapped lines are re-joined), not a
+        terminal's carriage returns (split again), not a source whose templates hardly repeat."""
+        size = block.source.size if block.source.size is not None else len(block.data)
+        return (
+            size >= TEMPLATE_MIN_BYTES
+            and block.source.role != "console"
+            and block.sid not in self._plain
+            and b"\r" not in block.data
+            and self._blind
+        )
+
     # -- one batch of blocks: the vectorised scan
     def _batch(self, batch: list[Block]) -> None:
-        lines = pl.Series([b.data for b in batch], dtype=pl.Binary).cast(pl.String).str.split("\n")
+        self._data = [b.data for b in batch]
+        try:
+            self._scan(batch)
+        finally:
+            self._data = []  # (not kept while the next batch is read)
+
+    def _scan(self, batch: list[Block]) -> None:
+        # Terminals and pastes hard-wrap; files that torchrun writes for a rank do not.
+        pasted = [i for i, b in enumerate(batch) if b.source.role == "console"]
+        carriage = any(b"\r" in b.data for b in batch)  # a scan of the text is far cheaper than splitting every line
+        # A batch of plain lines is split into its lines' templates (digits read as 0), and a line's own text is cut
+        # from the block only where a scan selects it (`_select`): the templates of an event-dense stream are few.
+        templated = all(self._templatable(b) for b in batch)
+        split = [data.translate(MASK) for data in self._data] if templated else self._data
+        lines = pl.Series(split, dtype=pl.Binary).cast(pl.String).str.split("\n")
         first_lines = []  # 1-based number of each block's first line in its source
         starts = []  # row of each block's first line once the blocks are exploded into lines
         row = 0
@@ -247,9 +316,10 @@ class Extractor:
         # candidates (a column more on every line costs as much as a tenth of the scan).
         self._sids = pl.Series([b.sid for b in batch], dtype=pl.Int64)
         self._ascii = all(b.ascii for b in batch)
-        frame = pl.DataFrame({"b": pl.Series(range(len(batch)), dtype=pl.Int32), "t": lines}).explode("t")
+        column = "m" if templated else "t"
+        frame = pl.DataFrame({"b": pl.Series(range(len(batch)), dtype=pl.Int32), column: lines}).explode(column)
         physical = "row"
-        if any(b"\r" in b.data for b in batch):  # a scan of the text is far cheaper than splitting every line
+        if carriage:
             # A carriage return overwrites the line on a terminal (tqdm, CRLF): each segment is a logical line
             # of its own, with the physical line's number.
             physical = "physical"
@@ -259,14 +329,22 @@ class Extractor:
                 .explode("t")
             )
         frame = frame.with_row_index("row")
-        # Terminals and pastes hard-wrap; files that torchrun writes for a rank do not.
-        pasted = [i for i, b in enumerate(batch) if b.source.role == "console"]
+        if templated:
+            # Each line's template hashed (`k`), and where its text starts in its block (`o`) and how long it is.
+            length = pl.col("m").str.len_bytes()
+            frame = frame.with_columns(pl.col("m").hash().alias("k"), length.alias("n")).with_columns(
+                ((pl.col("n") + 1).cum_sum().over("b") - pl.col("n") - 1).alias("o")
+            )
+            # Where templates hardly repeat (NCCL's per-collective lines, each with its own buffer addresses), trying
+            # them first costs as much as the scan it spares: the rest of the source is split plainly.
+            if frame["k"].n_unique() * TEMPLATE_SHARE > frame.height:
+                self._plain.update(b.sid for b in batch)
         if pasted:
             frame = _unwrap_fixed_width(frame, pasted)
         candidates = self._candidates(frame, batch, set(pasted))
         if candidates.height == 0:
             return
-        texts = frame["t"]
+        texts = _Lines(frame, self._data)
         blocks = frame["b"]
         found = candidates.select("row", "b", "q", "t", pl.col(physical).alias("at"), "sigs")
         for row, b, q, text, at, sigs in found.iter_rows():
@@ -305,13 +383,14 @@ class Extractor:
         parts = []
         scanned = 0
         step = 4 * PROBE_ROWS
-        pending = frame.clear()  # lines the union of the moment selected, not charged yet (all before `scanned`)
+        # Lines the union of the moment selected, not charged yet (all before `scanned`).
+        pending = self._with_text(frame.clear())
         while len(spent) < len(self._limits):
             while pending.height <= PROBE_ROWS and scanned < frame.height:
                 chunk = frame.slice(scanned, step)
                 scanned += chunk.height
                 step *= 2
-                pending = pl.concat([pending, chunk.filter(pl.col("t").str.contains(self._union(spent)))])
+                pending = pl.concat([pending, self._select(chunk, *self._unions(spent))])
             if pending.height <= PROBE_ROWS:
                 break
             parts.append(self._within_quota(self._with_stream(pending.head(PROBE_ROWS), pasted), spent))
@@ -320,8 +399,8 @@ class Extractor:
             if len(now_spent) == len(spent):
                 break
             spent = now_spent
-            pending = pending.filter(pl.col("t").str.contains(self._union(spent)))
-        rest = frame.slice(scanned).filter(pl.col("t").str.contains(self._union(spent)))
+            pending = self._select(pending, *self._unions(spent))
+        rest = self._select(frame.slice(scanned), *self._unions(spent))
         selected = pl.concat([pending, rest]) if pending.height else rest
         parts.append(self._within_quota(self._with_stream(selected, pasted), spent))
         candidates = pl.concat(parts) if len(parts) > 1 else parts[0]
@@ -365,6 +444,50 @@ class Extractor:
 
         return [i for i, quota in self._limits.items() if spent(i, quota)]
 
+    def _select(self, lines: pl.DataFrame, union: str, blind: str) -> pl.DataFrame:
+        """The `lines` that `union` passes, with their text. Lines of a templated batch are first tried by template:
+        `blind` (the same prefilters, `Signature.blind_prefilter`) once per distinct template, and only the lines of
+        the templates it passes are cut out of their blocks and scanned with `union`. A template it fails is a line
+        that `union` fails (templates.py), so the lines selected are those `union` passes. (Templates are told apart
+        by a 64-bit hash: two of one batch with one hash, odds near 1 in 10^9 for 10^5 templates, would share the
+        first one's outcome.)"""
+        if "t" in lines.columns:
+            return lines.filter(pl.col("t").str.contains(union))
+        firsts = lines["k"].arg_unique()
+        passing = self._passing(lines.select(pl.col("k", "m").gather(firsts)), blind)
+        chosen = lines.filter(pl.col("k").is_in(passing.implode()))
+        return self._with_text(chosen).filter(pl.col("t").str.contains(union))
+
+    def _passing(self, templates: pl.DataFrame, blind: str) -> pl.Series:
+        """The keys of the templates `blind` passes, among `templates` and those tried with it before: a stream
+        repeats its templates from batch to batch, so each is tried once (while the cache is small)."""
+        known = self._known.get(blind)
+        new = templates if known is None else templates.join(known, on="k", how="anti")
+        if known is None or new.height:
+            tried = new.select("k", pl.col("m").str.contains(blind).alias("passes"))
+            known = tried if known is None or known.height > MAX_KNOWN_TEMPLATES else pl.concat([known, tried])
+            if len(self._known) >= MAX_KNOWN_UNIONS:
+                self._known.clear()
+            self._known[blind] = known
+        return known.filter(pl.col("passes"))["k"]
+
+    def _with_text(self, lines: pl.DataFrame) -> pl.DataFrame:
+        """`lines` with their text `t`, cut out of their blocks where the batch was split into templates."""
+        if "t" in lines.columns:
+            return lines
+        spans = lines.select("b", "o", "n").iter_rows()
+        texts = [self._data[b][o : o + n].decode() for b, o, n in spans]
+        return lines.with_columns(pl.Series("t", texts, dtype=pl.String))
+
+    def _unions(self, spent: list[int]) -> tuple[str, str]:
+        """The union of the prefilters not `spent` (`_union`) and its spelling for templates."""
+        return self._union(spent), self._blind_union([i for i in range(len(self.signatures)) if i not in spent])
+
+    def _blind_union(self, ids: list[int]) -> str:
+        """The union of the prefilters of `ids` for templates (`Signature.blind_prefilter`), in ASCII on ASCII."""
+        sigs = [self.signatures[i] for i in ids]
+        return "|".join(f"(?:{s.blind_ascii_prefilter if self._ascii else s.blind_prefilter})" for s in sigs)
+
     def _union(self, spent: list[int]) -> str:
         """The union prefilter without the spent signatures. They stay in `_hit_exprs`, so on the lines that
         remain candidates they still shadow later signatures exactly as before. On an ASCII batch, spelled in
@@ -391,10 +514,11 @@ class Extractor:
         ends = frame["b"].search_sorted(ids, side="right").to_list()
         bounds = [(b, start, end) for b, start, end in zip(blocks, starts, ends, strict=True) if end > start]
         union = "|".join(f"(?:{self._prefilter(self.signatures[i])})" for i in spent)
+        blind = self._blind_union(spent)
 
         def last_rows(lines: pl.DataFrame) -> tuple[set[int], set[tuple[int, int]]]:
             """The last row per block, stream and signature, and the (block, signature) pairs that have one."""
-            hits = self._with_stream(lines.filter(pl.col("t").str.contains(union)), pasted)
+            hits = self._with_stream(self._select(lines, union, blind), pasted)
             last = hits.group_by("b", "q").agg(
                 pl.col("row").filter(pl.col("t").str.contains(self._prefilter(self.signatures[i]))).last().alias(str(i))
                 for i in spent
@@ -421,7 +545,7 @@ class Extractor:
         rows.difference_update(candidates["row"].to_list())
         if not rows:
             return candidates
-        extra = self._with_stream(frame.filter(pl.col("row").is_in(sorted(rows))), pasted)
+        extra = self._with_stream(self._with_text(frame.filter(pl.col("row").is_in(sorted(rows)))), pasted)
         extra = extra.with_columns(self._hits(extra, self._limited))
         return pl.concat([candidates, extra.select(candidates.columns)]).sort("row")
 
@@ -522,7 +646,7 @@ class Extractor:
         line_no: int,
         raw: str,
         sigs: list[int],
-        texts: pl.Series,
+        texts: _Lines,
         blocks: pl.Series,
         row: int,
     ) -> None:
@@ -549,7 +673,7 @@ class Extractor:
 
     @staticmethod
     def _reflowed(
-        sig: Signature, text: str, texts: pl.Series, blocks: pl.Series, row: int
+        sig: Signature, text: str, texts: _Lines, blocks: pl.Series, row: int
     ) -> tuple[str, regex.Match[str] | None]:
         """A message a paste reflowed at word boundaries ("...timeout:" / "    WorkNCCL(SeqNum=27732, ..."): the
         next few lines of the block, stripped, joined with single spaces."""
@@ -571,7 +695,7 @@ class Extractor:
         sig: Signature,
         m: regex.Match[str],
         line: Any,
-        texts: pl.Series,
+        texts: _Lines,
         blocks: pl.Series,
         row: int,
     ) -> None:
