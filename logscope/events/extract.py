@@ -606,13 +606,37 @@ class Extractor:
         ids = self._possible(lines, self._limited)  # holds every one of live_limited
         words = [ids[k : k + 62] for k in range(0, len(ids), 62)]
         masks = [f"_mask{k}" for k in range(len(words))]
-        marked = lines.with_columns(
-            pl.sum_horizontal(
-                pl.col("t").str.contains(self.signatures[i].prefilter).cast(pl.Int64) * (1 << j)
-                for j, i in enumerate(word)
-            ).alias(name)
-            for word, name in zip(words, masks, strict=True)
-        )
+
+        def bits(column: str, spelling: str, only: set[int] | None = None) -> list[pl.Expr]:
+            """Per word of `ids`, the bits of the prefilters (of `only`) that each line's `column` passes."""
+            exprs = []
+            for word, name in zip(words, masks, strict=True):
+                tried = [
+                    (j, getattr(self.signatures[i], spelling)) for j, i in enumerate(word) if only is None or i in only
+                ]
+                passed = pl.sum_horizontal(pl.col(column).str.contains(p).cast(pl.Int64) * (1 << j) for j, p in tried)
+                exprs.append((passed if tried else pl.lit(0, dtype=pl.Int64)).alias(name))
+            return exprs
+
+        if "k" in lines.columns:
+            # Tried per template first: a prefilter its template fails, every line of the template fails, so each
+            # group of lines whose templates pass the same prefilters is tried with those alone.
+            firsts = lines["k"].arg_unique()
+            templates = lines.select(pl.col("k", "m").gather(firsts))
+            spelling = "blind_ascii_prefilter" if self._ascii else "blind_prefilter"
+            by_template = templates.with_columns(bits("m", spelling)).drop("m")
+            grouped = lines.join(by_template, on="k", how="left", maintain_order="left")
+            parts = []
+            for values in by_template.select(masks).unique().iter_rows():
+                only = {
+                    i for word, value in zip(words, values, strict=True) for j, i in enumerate(word) if value >> j & 1
+                }
+                same = pl.all_horizontal(pl.col(name) == value for name, value in zip(masks, values, strict=True))
+                group = grouped.filter(same)
+                parts.append(group.with_columns(bits("t", "prefilter", only)) if only else group)
+            marked = pl.concat(parts).sort("row") if len(parts) > 1 else parts[0]
+        else:
+            marked = lines.with_columns(bits("t", "prefilter"))
         live = set(live_limited)
         table = []
         for values in marked.select(masks).unique().iter_rows():
