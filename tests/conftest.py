@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import importlib.util
+import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +19,17 @@ FIXTURES = REPO / "fixtures"
 def analysed(path: str) -> Analysis:
     """Analyses are pure functions of the fixture tree: share them across tests."""
     return analyze(REPO / path)
+
+
+@lru_cache(maxsize=1)
+def benchmark_generator() -> Any:
+    """benchmarks/generate.py, whose trees copy every line shape from real torchrun, NCCL and c10d logs."""
+    spec = importlib.util.spec_from_file_location("benchmark_generate", REPO / "benchmarks" / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while they are built
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

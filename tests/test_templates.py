@@ -4,8 +4,6 @@ finds exactly the events, evidence windows and notes of one that scans every lin
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from logscope.events.extract import Extractor
 from logscope.events.templates import MASK, blind
 from logscope.ingest.read import Reader
 from logscope.ingest.sources import discover
+from tests.conftest import benchmark_generator
 
 ROOT = Path(__file__).resolve().parents[1]
 MASK_TEXT = {ord(d): "0" for d in "0123456789"}
@@ -154,16 +153,6 @@ def test_a_source_whose_templates_hardly_repeat_is_split_plainly(monkeypatch: py
     extractor = Extractor(catalogue())
     extractor.run(Reader(discover(ROOT / TREES[0], follow_symlinks=False)).blocks())
     assert len(extractor._plain) >= 2
-
-
-def benchmark_generator() -> Any:
-    """benchmarks/generate.py, whose trees copy every line shape from real torchrun, NCCL and c10d logs."""
-    spec = importlib.util.spec_from_file_location("benchmark_generate", ROOT / "benchmarks" / "generate.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while they are built
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("dense", [False, True])

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import pytest
 import yaml
 
 from logscope.analysis import analyze
-from tests.conftest import FIXTURES, REPO, analysed
+from tests.conftest import FIXTURES, REPO, analysed, benchmark_generator
 
 SCHEMA = json.loads((REPO / "docs" / "schema" / "diagnosis-v1.json").read_text())
 
@@ -117,21 +114,12 @@ def test_schema_vocabulary_is_the_models() -> None:
     assert rule_schema()["properties"]["category"]["enum"] == [c for c in CATEGORIES if c != "healthy"]
 
 
-def _benchmark_generator() -> Any:
-    spec = importlib.util.spec_from_file_location("benchmark_generate", REPO / "benchmarks" / "generate.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while they are built
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("seed", [0, 3])
 def test_timeout_culprit_is_the_rank_that_never_enqueued_the_timed_out_seqnum(tmp_path: Path, seed: int) -> None:
     # The benchmark's tree (line shapes copied from real torch 2.6-2.10 logs): three ranks time out on SeqNum S,
     # four print nothing, and one rank's dump-signal line says "Last enqueued NCCL work: S-1". With most ranks
     # silent, silence names no one; the enqueued SeqNum does.
-    _, _, failure = _benchmark_generator().generate_tree(tmp_path, 8, 256 << 10, seed)
+    _, _, failure = benchmark_generator().generate_tree(tmp_path, 8, 256 << 10, seed)
     verdict = analyze(tmp_path).diagnosis["verdict"]
     assert verdict["category"] == "collective_timeout"
     assert verdict["culprit_ranks"] == [failure.culprit]
@@ -143,6 +131,6 @@ def test_console_quota_is_per_rank_so_no_rank_seems_to_stop_early(tmp_path: Path
     # quota (NCCL INFO) is kept per `[default<N>]:` rank; one quota for the file let the first ranks spend it and
     # left ranks whose last kept line was the parameter sync (LS302, "nothing follows") instead of the timeout.
     console = tmp_path / "console.log"
-    _, failure = _benchmark_generator().generate_console(console, 8, 2 << 20, 0)
+    _, failure = benchmark_generator().generate_console(console, 8, 2 << 20, 0)
     verdict = analyze(console).diagnosis["verdict"]
     assert (verdict["category"], verdict["culprit_ranks"]) == ("collective_timeout", [failure.culprit])
