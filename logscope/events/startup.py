@@ -43,10 +43,27 @@ _LOOP_OR_END = re.compile(
 )
 
 
-def _before_the_loop(head: list[str]) -> list[str]:
-    """The rank's lines before its first line of the training loop or of its end."""
-    end = next((n for n, raw in enumerate(head) if _LOOP_OR_END.search(raw)), len(head))
-    return head[:end]
+_DIGITS_AS_ZERO = str.maketrans("0123456789", "0000000000")
+
+
+def _start_up(head: list[str], known: dict[str, tuple[bool, str | None]]) -> list[tuple[int, str, str]]:
+    """The rank's lines before its first line of the training loop or of its end, with their templates.
+
+    Neither whether a line is of the loop nor its template depends on its digits' values (numbers are masked, and
+    every pattern reads a digit as any digit), so both are worked out once per line read with its digits as 0
+    (`known`): the ranks of a job print the same start-up lines but for their numbers."""
+    lines = []
+    for n, raw in enumerate(head, 1):
+        key = raw.translate(_DIGITS_AS_ZERO)
+        seen = known.get(key)
+        if seen is None:
+            seen = known[key] = (_LOOP_OR_END.search(raw) is not None, _template(raw))
+        ends, template = seen
+        if ends:
+            break
+        if template is not None:
+            lines.append((n, raw, template))
+    return lines
 
 
 def _template(text: str) -> str | None:
@@ -65,6 +82,7 @@ def startup_differences(sources: list[Source], openers: dict[str, Callable[[], I
     """Event rows (one per differing rank file) for the rank whose start-up lines differ from all its peers'."""
     final = max((s.attempt or 0 for s in sources if s.role == "stdout"), default=0)
     heads: dict[int, tuple[Source, list[tuple[int, str, str]]]] = {}
+    known: dict[str, tuple[bool, str | None]] = {}  # see `_start_up`
     for sid, src in enumerate(sources):
         if src.role != "stdout" or (src.attempt or 0) != final or src.path not in openers:
             continue
@@ -73,7 +91,7 @@ def startup_differences(sources: list[Source], openers: dict[str, Callable[[], I
                 head = handle.read(HEAD_BYTES).decode("utf-8", errors="replace").splitlines()[:HEAD_LINES]
         except READ_ERRORS:
             continue
-        lines = [(n, raw, t) for n, raw in enumerate(_before_the_loop(head), 1) if (t := _template(raw)) is not None]
+        lines = _start_up(head, known)
         if lines:
             heads[sid] = (src, lines)
     if len(heads) < MIN_RANKS:
