@@ -13,13 +13,12 @@ import pytest
 import logscope.events.extract as extract
 from logscope.events.catalogue import catalogue
 from logscope.events.extract import Extractor
-from logscope.events.templates import MASK, blind
+from logscope.events.templates import MASK, MASK_TEXT, blind
 from logscope.ingest.read import Reader
 from logscope.ingest.sources import discover
 from tests.conftest import benchmark_generator
 
 ROOT = Path(__file__).resolve().parents[1]
-MASK_TEXT = {ord(d): "0" for d in "0123456789"}
 
 
 @pytest.mark.parametrize(

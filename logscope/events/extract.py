@@ -102,6 +102,11 @@ def _fields(sig: Signature, m: regex.Match[str], text: str) -> dict[str, Any]:
     return found
 
 
+def _templates(lines: pl.DataFrame) -> pl.DataFrame:
+    """The distinct templates of a templated batch's `lines`: each hash `k` with its masked text `m`."""
+    return lines.select(pl.col("k", "m").gather(lines["k"].arg_unique()))
+
+
 class _Lines:
     """A batch's lines by row, for the few that per-line matching reads around a candidate: from the split text,
     or, in a batch split into templates, cut out of the blocks."""
@@ -453,8 +458,7 @@ class Extractor:
         first one's outcome.)"""
         if "t" in lines.columns:
             return lines.filter(pl.col("t").str.contains(union))
-        firsts = lines["k"].arg_unique()
-        passing = self._passing(lines.select(pl.col("k", "m").gather(firsts)), blind)
+        passing = self._passing(_templates(lines), blind)
         chosen = lines.filter(pl.col("k").is_in(passing.implode()))
         return self._with_text(chosen).filter(pl.col("t").str.contains(union))
 
@@ -621,8 +625,7 @@ class Extractor:
         if "k" in lines.columns:
             # Tried per template first: a prefilter its template fails, every line of the template fails, so each
             # group of lines whose templates pass the same prefilters is tried with those alone.
-            firsts = lines["k"].arg_unique()
-            templates = lines.select(pl.col("k", "m").gather(firsts))
+            templates = _templates(lines)
             spelling = "blind_ascii_prefilter" if self._ascii else "blind_prefilter"
             by_template = templates.with_columns(bits("m", spelling)).drop("m")
             grouped = lines.join(by_template, on="k", how="left", maintain_order="left")

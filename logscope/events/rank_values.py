@@ -20,6 +20,7 @@ from typing import IO
 
 from logscope.errors import READ_ERRORS
 from logscope.events.extract import Extractor
+from logscope.events.templates import MASK_TEXT
 from logscope.ingest.normalise import NCCL_RECORD, Line, normalise
 from logscope.ingest.sources import Source
 from logscope.vocab import Event
@@ -45,7 +46,6 @@ _RANK_TAG_VALUE = re.compile(r"(?i)\[rank\b")
 # A step's count after its word: "step 8", "epoch=3", "iteration 120/500".
 _PINNED = re.compile(r"(?i)(?<![a-z])(?:epoch|iter|iteration|step)\s*[:=#]?\s*\d+(?:\s*/\s*\d+)?(?![\d.])[ :,]*")
 _DIGITS_AS_LETTERS = str.maketrans("0123456789", "abcdefghij")
-_DIGITS_AS_ZERO = str.maketrans("0123456789", "0000000000")
 # The digits a line's facets depend on by value: its rank's, a step's count, and digits inside a name ("fsdp2",
 # "torch.float32"); every other number is masked in a facet's template and only the rank's first value counts.
 _VALUE_DIGITS = re.compile(
@@ -229,7 +229,7 @@ def _read_line(
     if NCCL_RECORD.match(line.text):  # NCCL's own records: its environment is LS405's, its timings vary
         return
     label = int(labelled[1]) if labelled and line.prefixes[:1] == ("srun_label",) else None
-    blind = (line.text.translate(_DIGITS_AS_ZERO), label, line.grank)
+    blind = (line.text.translate(MASK_TEXT), label, line.grank)
     # `_VALUE_DIGITS` reads a digit as any digit, so lines of one blind template have their value digits at the same
     # places: found once per template, then sliced.
     spans = read.spans.get(blind)

@@ -16,6 +16,7 @@ from typing import IO
 
 from logscope.errors import READ_ERRORS
 from logscope.events.extract import Extractor
+from logscope.events.templates import MASK_TEXT
 from logscope.ingest.normalise import normalise
 from logscope.ingest.sources import Source
 from logscope.vocab import Event
@@ -43,9 +44,6 @@ _LOOP_OR_END = re.compile(
 )
 
 
-_DIGITS_AS_ZERO = str.maketrans("0123456789", "0000000000")
-
-
 def _start_up(head: list[str], known: dict[str, tuple[bool, str | None]]) -> list[tuple[int, str, str]]:
     """The rank's lines before its first line of the training loop or of its end, with their templates.
 
@@ -54,7 +52,7 @@ def _start_up(head: list[str], known: dict[str, tuple[bool, str | None]]) -> lis
     (`known`): the ranks of a job print the same start-up lines but for their numbers."""
     lines = []
     for n, raw in enumerate(head, 1):
-        key = raw.translate(_DIGITS_AS_ZERO)
+        key = raw.translate(MASK_TEXT)
         seen = known.get(key)
         if seen is None:
             seen = known[key] = (_LOOP_OR_END.search(raw) is not None, _template(raw))

@@ -21,6 +21,7 @@ import re
 # is valid UTF-8 where the block is.
 _MASKED = "0123456789"
 MASK = bytes.maketrans(_MASKED.encode(), b"0" * len(_MASKED))
+MASK_TEXT = str.maketrans(_MASKED, "0" * len(_MASKED))  # the same for text (`str.translate`)
 _ZERO_WIDTH = frozenset("bBAz")
 _CLASS_ESCAPES = frozenset("dDwWsS")
 _CHAR_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "v": "\v", "a": "\a", "e": "\x1b"}
