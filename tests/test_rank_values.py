@@ -160,6 +160,25 @@ def test_a_line_repeated_with_other_numbers_is_read_once(monkeypatch: pytest.Mon
     assert len(calls) <= len(shapes)
 
 
+def test_a_line_repeated_with_other_numbers_is_not_normalised_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same fingerprints as above, as read: "[rank1]:[I1203 ...] [Rank 1] Running collective: ..." differ in
+    # their timestamps and SequenceNumber only, so a rank's repeats are not even normalised (most of a line's cost).
+    run = BLIND / "r28h_healthy_ddp_bucket1mb_metrics_cpplog_detail_nccl_info_ws4" / "node0" / "logs"
+    lines = [line for path in sorted(run.rglob("stderr.log")) for line in lines_with(path, "Running collective")]
+    normalised: list[str] = []
+    normalise = rank_values.normalise
+
+    def counted(text: str) -> object:
+        normalised.append(text)
+        return normalise(text)
+
+    monkeypatch.setattr(rank_values, "normalise", counted)
+    assert differences(lines) == []
+    shapes = {re.sub(r"SequenceNumber=\d+", lambda m: "0" * len(m[0]), line.split("]", 2)[2]) for line in lines}
+    assert len(lines) >= 2 * len(shapes)
+    assert len(normalised) <= len(shapes)
+
+
 def test_nccl_records_are_not_compared(monkeypatch: pytest.MonkeyPatch) -> None:
     # NCCL_DEBUG=INFO's records name the rank ("NCCL INFO comm 0x151ccfb0 rank 3 nRanks 4 nNodes 4 ..."), but its
     # environment is LS405's and the rest is the communicator's own (pointers, timings): they are not read here.

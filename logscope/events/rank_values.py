@@ -111,6 +111,7 @@ _COMM_SETTING = re.compile(r"(?:NCCL|GLOO|TORCH_NCCL|UCX|FI|TP_SOCKET)_[A-Z_]+$"
 # Two ranks' prints glued on one line when they wrote at once ("[rank 1] lr=0.001[rank 2] lr=0.01"): split before
 # a rank tag that does not start the line.
 _GLUED_TAG = re.compile(r"(?<=\S)(?=\[(?:rank|RANK|Rank) ?\d{1,5}\] )")
+_GLUED_WORD = re.compile(r"\[(?:rank|RANK|Rank)")  # (a quick test first: the split tries every position)
 # A rank's first line for a facet: its values, and where it is (source id, line number, the normalised line).
 _Said = tuple[tuple[str, ...], int, int, Line]
 
@@ -121,6 +122,26 @@ class _Read:
 
     spans: dict[tuple[str, int | None, int | None], list[tuple[int, int]]] = field(default_factory=dict)
     templates: set[tuple[object, ...]] = field(default_factory=set)
+    # The same for a whole line as read, before it is split at glued rank tags and normalised (most of its cost).
+    raw_spans: dict[tuple[str, str | None], list[tuple[int, int]]] = field(default_factory=dict)
+    raw_templates: set[tuple[object, ...]] = field(default_factory=set)
+
+    def repeats(self, whole: str, labelled: re.Match[str] | None) -> bool:
+        """Whether `whole` repeats a line read before, its numbers aside but for those in `_VALUE_DIGITS`, so that
+        its facets are those read then. Its prefixes (a timestamp, a tee tag) are cut by `normalise` and its glued
+        rank tags split whatever their digits, and a digit kept in the text is one of `_VALUE_DIGITS` here as after.
+        A line of NCCL's (it keeps that prefix) is not remembered: its addresses and timings make each unique."""
+        if NCCL_RECORD.match(whole):
+            return False
+        blind = (whole.translate(MASK_TEXT), labelled[1] if labelled else None)
+        spans = self.raw_spans.get(blind)
+        if spans is None:
+            spans = self.raw_spans[blind] = [m.span() for m in _VALUE_DIGITS.finditer(whole)]
+        template = (blind, *(whole[start:end] for start, end in spans))
+        if template in self.raw_templates:
+            return True
+        self.raw_templates.add(template)
+        return False
 
 
 def _facets(
@@ -225,8 +246,12 @@ def _read_line(
     for the same rank, whose first values are kept already: it is not read again. Each collective's fingerprint under
     TORCH_DISTRIBUTED_DEBUG=DETAIL would otherwise be read in full, a fifth of a millisecond each.
     """
+    # NCCL's own records (`normalise` keeps their prefix, so a line that starts with one is one): its environment
+    # is LS405's, its timings vary.
+    if NCCL_RECORD.match(raw):
+        return
     line = normalise(raw)
-    if NCCL_RECORD.match(line.text):  # NCCL's own records: its environment is LS405's, its timings vary
+    if NCCL_RECORD.match(line.text):
         return
     label = int(labelled[1]) if labelled and line.prefixes[:1] == ("srun_label",) else None
     blind = (line.text.translate(MASK_TEXT), label, line.grank)
@@ -273,7 +298,9 @@ def rank_value_differences(sources: list[Source], openers: dict[str, Callable[[]
             labelled = _SRUN_LABEL.match(whole)
             if "\x1b" not in whole and "rank" not in whole.lower() and labelled is None:
                 continue
-            for raw in _GLUED_TAG.split(whole):
+            if read.repeats(whole, labelled):
+                continue
+            for raw in _GLUED_TAG.split(whole) if _GLUED_WORD.search(whole) else (whole,):
                 _read_line(raw, n, sid, labelled, first, about, one_node, read)
     rows: list[Event] = []
     # One event per rank, its first differing line, and one more where that was a step's value: a value a rank
