@@ -288,7 +288,7 @@ class Extractor:
             size >= TEMPLATE_MIN_BYTES
             and block.source.role != "console"
             and block.sid not in self._plain
-            and b"\r" not in block.data
+            and not block.carriage
             and self._blind
         )
 
@@ -303,7 +303,7 @@ class Extractor:
     def _scan(self, batch: list[Block]) -> None:
         # Terminals and pastes hard-wrap; files that torchrun writes for a rank do not.
         pasted = [i for i, b in enumerate(batch) if b.source.role == "console"]
-        carriage = any(b"\r" in b.data for b in batch)  # a scan of the text is far cheaper than splitting every line
+        carriage = any(b.carriage for b in batch)  # a scan of the text is far cheaper than splitting every line
         # A batch of plain lines is split into its lines' templates (digits read as 0), and a line's own text is cut
         # from the block only where a scan selects it (`_select`): the templates of an event-dense stream are few.
         templated = all(self._templatable(b) for b in batch)

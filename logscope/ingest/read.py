@@ -9,7 +9,7 @@ import ctypes
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cache, partial
+from functools import cache, cached_property, partial
 from typing import IO
 
 import polars as pl
@@ -77,6 +77,11 @@ class Block:
     @property
     def text(self) -> str:
         return self.data.decode("utf-8")
+
+    @cached_property
+    def carriage(self) -> bool:
+        """Whether the block holds a carriage return (a terminal's overwritten line): asked of it more than once."""
+        return b"\r" in self.data
 
 
 @dataclass
