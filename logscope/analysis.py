@@ -12,9 +12,10 @@ from logscope.errors import READ_ERRORS, InputError
 from logscope.events.helper import Helper
 from logscope.ingest.flight_recorder import in_folder
 from logscope.ingest.normalise import log_records
-from logscope.ingest.sources import Inventory, discover
+from logscope.ingest.sources import Inventory, Source, discover
 from logscope.ingest.textshape import is_program_output
 from logscope.model import SCHEMA_ID, Analysis
+from logscope.vocab import Event
 
 
 @contextmanager
@@ -73,7 +74,17 @@ def _analyze(
     from logscope.verdict.decide import decide
 
     rules = load_rules(list(rules_dirs))
-    read = extract(inventory, path, follow_symlinks, progress, helper)
+    openers = {src.path: opener for src, opener in inventory.sources}
+    compared: list[list[Event]] = []  # the cross-rank comparisons' rows, once made: they read heads, not events
+
+    def compare(sources: list[Source]) -> None:
+        compared.append(startup_differences(sources, openers) + rank_value_differences(sources, openers))
+
+    # Two processes read a large input (the helper's sources are the inventory's): the comparisons run while this
+    # one waits for the helper's last group.
+    read = extract(
+        inventory, path, follow_symlinks, progress, helper, lambda: compare([src for src, _ in inventory.sources])
+    )
     extraction = read.extraction
     extraction.notes[:0] = read.notes  # what ingest skipped, cut or could not read reaches the diagnosis
     if not any(st.bytes > 0 and not st.binary for st in read.stats):  # a truncated archive still has lines
@@ -81,9 +92,9 @@ def _analyze(
         if not read.sources:
             raise InputError(f"nothing that looks like a log under {path}{detail}")
         raise InputError(f"no readable log lines in {path}{detail}")
-    openers = {src.path: opener for src, opener in inventory.sources}
-    extraction.rows += startup_differences(read.sources, openers)
-    extraction.rows += rank_value_differences(read.sources, openers)
+    if not compared:  # read in this process alone (archive members are found while read)
+        compare(read.sources)
+    extraction.rows += compared[0]
     aligned = align(extraction, read.sources, read.stats)
     aligned.flight = from_dumps(inventory.dumps, aligned)  # tar members were found while read
     if not looks_like_a_log(aligned.rows) and not _log_shaped(inventory):

@@ -8,15 +8,18 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import logscope.events.helper as helper
 import logscope.events.parallel as parallel
+import logscope.events.rank_values as rank_values
 from logscope.analysis import analyze
 from logscope.ingest.sources import discover
 from logscope.model import Analysis
 from logscope.report import renderer
+from logscope.vocab import Event
 
 ROOT = Path(__file__).resolve().parents[1]
 TREES = [
@@ -126,4 +129,30 @@ def test_a_group_the_helper_took_and_did_not_send_back_is_read_here(
     taken = takers(monkeypatch, parent_waits=True)
     shared = analyze(path)
     assert len(taken["child"]) == 1
+    assert outputs(shared) == outputs(alone)
+
+
+@pytest.mark.usefixtures("one_source_per_group")
+def test_the_cross_rank_comparisons_run_while_the_helper_reads_its_last_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A TORCH_NCCL_* setting that differs on rank 1 (real GPU run): a row made from the sources' heads, not from
+    # events, so it is made while this process has no group left and the helper has.
+    path = ROOT / "fixtures/gpu/torch_nccl_env_differs_ws2_hostid"
+    alone = in_one_pass(path)
+    assert "rank_value_differs" in alone.events["kind"].to_list()
+    order: list[str] = []
+    compare, result = rank_values.rank_value_differences, parallel._Child.result
+
+    def compared(*args: Any) -> list[Event]:
+        order.append("compared")
+        return compare(*args)
+
+    def waited(self: parallel._Child, progress: parallel.Progress) -> dict[int, parallel._Part]:
+        order.append("helper's groups collected")
+        return result(self, progress)
+
+    monkeypatch.setattr(rank_values, "rank_value_differences", compared)
+    monkeypatch.setattr(parallel._Child, "result", waited)
+    shared = analyze(path)
+    assert order == ["compared", "helper's groups collected"]
+    assert shared.events.equals(alone.events)
     assert outputs(shared) == outputs(alone)

@@ -79,10 +79,16 @@ class _Part:
 
 
 def extract(
-    inventory: Inventory, path: Path, follow_symlinks: bool, progress: Progress, helper: Helper | None
+    inventory: Inventory,
+    path: Path,
+    follow_symlinks: bool,
+    progress: Progress,
+    helper: Helper | None,
+    while_waiting: Callable[[], None] | None = None,
 ) -> Extracted:
     """Read every source of `inventory` (discovered from `path`) and extract its events, with `helper` (started
-    by `Helper.start_for(inventory)`) if there is one."""
+    by `Helper.start_for(inventory)`) if there is one. `while_waiting` is called once this process has no group
+    left to read and the helper still has one (work that needs no events: a core would be idle otherwise)."""
     if helper is None:
         reader = Reader(inventory)
         extractor = Extractor(catalogue())
@@ -99,6 +105,8 @@ def extract(
     forwarding = child.forwarding(progress)
     while (k := claims.take(for_child=False)) is not None:
         parts[k] = _read_group(inventory, found[k], extractor, forwarding)
+    if while_waiting is not None:
+        while_waiting()
     parts |= child.result(progress)
     for k in sorted(claims.taken_by_child - parts.keys()):  # the child failed before sending these back
         parts[k] = _read_group(inventory, found[k], extractor, progress)
