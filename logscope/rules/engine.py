@@ -75,6 +75,8 @@ def _where_ok(rule: Rule, ctx: Context, row: Event) -> bool:
 def matched(rule: Rule, ctx: Context) -> list[Event]:
     kinds = rule.match.get("kinds")
     rows = [r for k in kinds for r in ctx.by_kind.get(k, [])] if kinds else list(ctx.rows)
+    if not rule.match.get("where"):  # (a rule of no kind and no condition reads every row: 120 000 at 1024 ranks)
+        return rows
     return [r for r in rows if _where_ok(rule, ctx, r)]
 
 
