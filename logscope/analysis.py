@@ -6,6 +6,7 @@ import gc
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from logscope import __version__
 from logscope.errors import READ_ERRORS, InputError
@@ -16,6 +17,9 @@ from logscope.ingest.sources import Inventory, Source, discover
 from logscope.ingest.textshape import is_program_output
 from logscope.model import SCHEMA_ID, Analysis
 from logscope.vocab import Event
+
+if TYPE_CHECKING:
+    from logscope.rules.api import Rule
 
 
 @contextmanager
@@ -60,30 +64,25 @@ def _analyze(
     follow_symlinks: bool,
     progress: Callable[[int], None] | None,
 ) -> Analysis:
-    # The stages import polars (0.2 s, and as long again for the rest): imported only now, while the helper
-    # started above imports them too.
-    from logscope.align import align
-    from logscope.align.flight import from_dumps, to_json
-    from logscope.align.state import looks_like_a_log
+    # Extraction imports polars (0.2 s): imported only now, while the helper started above imports it too.
     from logscope.events.parallel import extract
     from logscope.events.rank_values import rank_value_differences
     from logscope.events.startup import startup_differences
-    from logscope.rules.docs import rule_doc
-    from logscope.rules.engine import evaluate
-    from logscope.rules.loader import load_rules
-    from logscope.verdict.decide import decide
 
-    rules = load_rules(list(rules_dirs))
     openers = {src.path: opener for src, opener in inventory.sources}
-    compared: list[list[Event]] = []  # the cross-rank comparisons' rows, once made: they read heads, not events
+    prepared: list[tuple[list[Rule], list[Event]]] = []
 
-    def compare(sources: list[Source]) -> None:
-        compared.append(startup_differences(sources, openers) + rank_value_differences(sources, openers))
+    def prepare(sources: list[Source]) -> None:
+        """What needs no event: the rule pack, and the cross-rank comparisons (they read the sources' heads)."""
+        from logscope.rules.loader import load_rules
 
-    # Two processes read a large input (the helper's sources are the inventory's): the comparisons run while this
-    # one waits for the helper's last group.
+        compared = startup_differences(sources, openers) + rank_value_differences(sources, openers)
+        prepared.append((load_rules(list(rules_dirs)), compared))
+
+    # Two processes read a large input (the helper's sources are the inventory's): this one prepares while it waits
+    # for the helper's last group, where a core would be idle.
     read = extract(
-        inventory, path, follow_symlinks, progress, helper, lambda: compare([src for src, _ in inventory.sources])
+        inventory, path, follow_symlinks, progress, helper, lambda: prepare([src for src, _ in inventory.sources])
     )
     extraction = read.extraction
     extraction.notes[:0] = read.notes  # what ingest skipped, cut or could not read reaches the diagnosis
@@ -92,9 +91,18 @@ def _analyze(
         if not read.sources:
             raise InputError(f"nothing that looks like a log under {path}{detail}")
         raise InputError(f"no readable log lines in {path}{detail}")
-    if not compared:  # read in this process alone (archive members are found while read)
-        compare(read.sources)
-    extraction.rows += compared[0]
+    if not prepared:  # read in this process alone (archive members are found while read)
+        prepare(read.sources)
+    rules, compared = prepared[0]
+    extraction.rows += compared
+    # The later stages, imported once the events are read: the reading starts sooner (both processes are busy then).
+    from logscope.align import align
+    from logscope.align.flight import from_dumps, to_json
+    from logscope.align.state import looks_like_a_log
+    from logscope.rules.docs import rule_doc
+    from logscope.rules.engine import evaluate
+    from logscope.verdict.decide import decide
+
     aligned = align(extraction, read.sources, read.stats)
     aligned.flight = from_dumps(inventory.dumps, aligned)  # tar members were found while read
     if not looks_like_a_log(aligned.rows) and not _log_shaped(inventory):
