@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from typing import Any, cast
 
 import polars as pl
@@ -126,6 +127,8 @@ class _Lines:
         block, start, length = (column[row] for column in self._columns)
         return self._data[block][start : start + length].decode()
 
+
+_PREFILTER: Callable[[Signature], str] = attrgetter("prefilter")  # a signature's prefilter, as written
 
 SAME_START = 12  # lines whose first characters have one shape (digits aside) are records of one template
 
@@ -251,10 +254,11 @@ class Extractor:
                 self._error_json(block)
                 continue
             # A batch is split into templates or plainly as a whole (`_batch`): a block of the other kind starts one.
-            if batch and self._templatable(block) != templated:
+            kind = self._templatable(block)
+            if batch and kind != templated:
                 self._batch(batch)
                 batch, size = [], 0
-            templated = self._templatable(block)
+            templated = kind
             batch.append(block)
             size += len(block.data)
             if size >= BATCH_CHARS:
@@ -395,7 +399,7 @@ class Extractor:
                 chunk = frame.slice(scanned, step)
                 scanned += chunk.height
                 step *= 2
-                pending = pl.concat([pending, self._select(chunk, *self._unions(spent))])
+                pending = pl.concat([pending, self._select(chunk, self._union(spent), self._live(spent))])
             if pending.height <= PROBE_ROWS:
                 break
             parts.append(self._within_quota(self._with_stream(pending.head(PROBE_ROWS), pasted), spent))
@@ -404,8 +408,8 @@ class Extractor:
             if len(now_spent) == len(spent):
                 break
             spent = now_spent
-            pending = self._select(pending, *self._unions(spent))
-        rest = self._select(frame.slice(scanned), *self._unions(spent))
+            pending = self._select(pending, self._union(spent), self._live(spent))
+        rest = self._select(frame.slice(scanned), self._union(spent), self._live(spent))
         selected = pl.concat([pending, rest]) if pending.height else rest
         parts.append(self._within_quota(self._with_stream(selected, pasted), spent))
         candidates = pl.concat(parts) if len(parts) > 1 else parts[0]
@@ -449,16 +453,16 @@ class Extractor:
 
         return [i for i, quota in self._limits.items() if spent(i, quota)]
 
-    def _select(self, lines: pl.DataFrame, union: str, blind: str) -> pl.DataFrame:
-        """The `lines` that `union` passes, with their text. Lines of a templated batch are first tried by template:
-        `blind` (the same prefilters, `Signature.blind_prefilter`) once per distinct template, and only the lines of
-        the templates it passes are cut out of their blocks and scanned with `union`. A template it fails is a line
-        that `union` fails (templates.py), so the lines selected are those `union` passes. (Templates are told apart
-        by a 64-bit hash: two of one batch with one hash, odds near 1 in 10^9 for 10^5 templates, would share the
-        first one's outcome.)"""
+    def _select(self, lines: pl.DataFrame, union: str, ids: list[int]) -> pl.DataFrame:
+        """The `lines` that `union` (the prefilters of `ids`) passes, with their text. Lines of a templated batch are
+        first tried by template: the same prefilters spelled for templates (`_blind_union`), once per distinct
+        template, and only the lines of the templates it passes are cut out of their blocks and scanned with `union`.
+        A template it fails is a line that `union` fails (templates.py), so the lines selected are those `union`
+        passes. (Templates are told apart by a 64-bit hash: two of one batch with one hash, odds near 1 in 10^9 for
+        10^5 templates, would share the first one's outcome.)"""
         if "t" in lines.columns:
             return lines.filter(pl.col("t").str.contains(union))
-        passing = self._passing(_templates(lines), blind)
+        passing = self._passing(_templates(lines), self._blind_union(ids))
         chosen = lines.filter(pl.col("k").is_in(passing.implode()))
         return self._with_text(chosen).filter(pl.col("t").str.contains(union))
 
@@ -483,14 +487,13 @@ class Extractor:
         texts = [self._data[b][o : o + n].decode() for b, o, n in spans]
         return lines.with_columns(pl.Series("t", texts, dtype=pl.String))
 
-    def _unions(self, spent: list[int]) -> tuple[str, str]:
-        """The union of the prefilters not `spent` (`_union`) and its spelling for templates."""
-        return self._union(spent), self._blind_union([i for i in range(len(self.signatures)) if i not in spent])
+    def _live(self, spent: list[int]) -> list[int]:
+        """The signatures not `spent`: those of `_union(spent)`."""
+        return [i for i in range(len(self.signatures)) if i not in spent]
 
     def _blind_union(self, ids: list[int]) -> str:
-        """The union of the prefilters of `ids` for templates (`Signature.blind_prefilter`), in ASCII on ASCII."""
-        sigs = [self.signatures[i] for i in ids]
-        return "|".join(f"(?:{s.blind_ascii_prefilter if self._ascii else s.blind_prefilter})" for s in sigs)
+        """The union of the prefilters of `ids` for templates (`_blind_prefilter`)."""
+        return "|".join(f"(?:{self._blind_prefilter(self.signatures[i])})" for i in ids)
 
     def _union(self, spent: list[int]) -> str:
         """The union prefilter without the spent signatures. They stay in `_hit_exprs`, so on the lines that
@@ -502,6 +505,12 @@ class Extractor:
 
     def _prefilter(self, sig: Signature) -> str:
         return sig.ascii_prefilter if self._ascii else sig.prefilter
+
+    def _blind_prefilter(self, sig: Signature) -> str:
+        """`Signature.blind_prefilter`, in ASCII on ASCII (every one exists where a batch is templated: `_blind`)."""
+        spelling = sig.blind_ascii_prefilter if self._ascii else sig.blind_prefilter
+        assert spelling is not None
+        return spelling
 
     def _with_latest(
         self, frame: pl.DataFrame, candidates: pl.DataFrame, spent: list[int], blocks: list[int], pasted: set[int]
@@ -518,11 +527,10 @@ class Extractor:
         ends = frame["b"].search_sorted(ids, side="right").to_list()
         bounds = [(b, start, end) for b, start, end in zip(blocks, starts, ends, strict=True) if end > start]
         union = "|".join(f"(?:{self._prefilter(self.signatures[i])})" for i in spent)
-        blind = self._blind_union(spent)
 
         def last_rows(lines: pl.DataFrame) -> tuple[set[int], set[tuple[int, int]]]:
             """The last row per block, stream and signature, and the (block, signature) pairs that have one."""
-            hits = self._with_stream(self._select(lines, union, blind), pasted)
+            hits = self._with_stream(self._select(lines, union, spent), pasted)
             last = hits.group_by("b", "q").agg(
                 pl.col("row").filter(pl.col("t").str.contains(self._prefilter(self.signatures[i]))).last().alias(str(i))
                 for i in spent
@@ -611,13 +619,12 @@ class Extractor:
         words = [ids[k : k + 62] for k in range(0, len(ids), 62)]
         masks = [f"_mask{k}" for k in range(len(words))]
 
-        def bits(column: str, spelling: str, only: set[int] | None = None) -> list[pl.Expr]:
-            """Per word of `ids`, the bits of the prefilters (of `only`) that each line's `column` passes."""
+        def bits(column: str, spell: Callable[[Signature], str], only: set[int] | None = None) -> list[pl.Expr]:
+            """Per word of `ids`, the bits of the prefilters (of `only`, spelled by `spell`) that each line's
+            `column` passes."""
             exprs = []
             for word, name in zip(words, masks, strict=True):
-                tried = [
-                    (j, getattr(self.signatures[i], spelling)) for j, i in enumerate(word) if only is None or i in only
-                ]
+                tried = [(j, spell(self.signatures[i])) for j, i in enumerate(word) if only is None or i in only]
                 passed = pl.sum_horizontal(pl.col(column).str.contains(p).cast(pl.Int64) * (1 << j) for j, p in tried)
                 exprs.append((passed if tried else pl.lit(0, dtype=pl.Int64)).alias(name))
             return exprs
@@ -625,9 +632,7 @@ class Extractor:
         if "k" in lines.columns:
             # Tried per template first: a prefilter its template fails, every line of the template fails, so each
             # group of lines whose templates pass the same prefilters is tried with those alone.
-            templates = _templates(lines)
-            spelling = "blind_ascii_prefilter" if self._ascii else "blind_prefilter"
-            by_template = templates.with_columns(bits("m", spelling)).drop("m")
+            by_template = _templates(lines).with_columns(bits("m", self._blind_prefilter)).drop("m")
             grouped = lines.join(by_template, on="k", how="left", maintain_order="left")
             parts = []
             for values in by_template.select(masks).unique().iter_rows():
@@ -636,10 +641,10 @@ class Extractor:
                 }
                 same = pl.all_horizontal(pl.col(name) == value for name, value in zip(masks, values, strict=True))
                 group = grouped.filter(same)
-                parts.append(group.with_columns(bits("t", "prefilter", only)) if only else group)
+                parts.append(group.with_columns(bits("t", _PREFILTER, only)) if only else group)
             marked = pl.concat(parts).sort("row") if len(parts) > 1 else parts[0]
         else:
-            marked = lines.with_columns(bits("t", "prefilter"))
+            marked = lines.with_columns(bits("t", _PREFILTER))
         live = set(live_limited)
         table = []
         for values in marked.select(masks).unique().iter_rows():

@@ -117,31 +117,42 @@ _Said = tuple[tuple[str, ...], int, int, Line]
 
 
 @dataclass
-class _Read:
-    """The templates of the lines read so far (see `_read_line`)."""
+class _Seen:
+    """Texts read so far, each by its template: its digits read as 0 but for those of `_VALUE_DIGITS`, with what
+    else its facets depend on (`context`). A text whose template was seen says the facets read then."""
 
-    spans: dict[tuple[str, int | None, int | None], list[tuple[int, int]]] = field(default_factory=dict)
+    spans: dict[tuple[object, ...], list[tuple[int, int]]] = field(default_factory=dict)
     templates: set[tuple[object, ...]] = field(default_factory=set)
-    # The same for a whole line as read, before it is split at glued rank tags and normalised (most of its cost).
-    raw_spans: dict[tuple[str, str | None], list[tuple[int, int]]] = field(default_factory=dict)
-    raw_templates: set[tuple[object, ...]] = field(default_factory=set)
+
+    def first(self, text: str, *context: object) -> bool:
+        """Whether `text` is the first of its template (and remember it)."""
+        blind = (text.translate(MASK_TEXT), *context)
+        # `_VALUE_DIGITS` reads a digit as any digit, so texts of one blind template have their value digits at the
+        # same places: found once per template, then sliced.
+        spans = self.spans.get(blind)
+        if spans is None:
+            spans = self.spans[blind] = [m.span() for m in _VALUE_DIGITS.finditer(text)]
+        template = (blind, *(text[start:end] for start, end in spans))
+        if template in self.templates:
+            return False
+        self.templates.add(template)
+        return True
+
+
+@dataclass
+class _Read:
+    """The templates read so far (see `_read_line`): of normalised lines, and of whole lines as read, before they
+    are split at glued rank tags and normalised (most of a line's cost)."""
+
+    lines: _Seen = field(default_factory=_Seen)
+    wholes: _Seen = field(default_factory=_Seen)
 
     def repeats(self, whole: str, labelled: re.Match[str] | None) -> bool:
-        """Whether `whole` repeats a line read before, its numbers aside but for those in `_VALUE_DIGITS`, so that
-        its facets are those read then. Its prefixes (a timestamp, a tee tag) are cut by `normalise` and its glued
-        rank tags split whatever their digits, and a digit kept in the text is one of `_VALUE_DIGITS` here as after.
-        A line of NCCL's (it keeps that prefix) is not remembered: its addresses and timings make each unique."""
-        if NCCL_RECORD.match(whole):
-            return False
-        blind = (whole.translate(MASK_TEXT), labelled[1] if labelled else None)
-        spans = self.raw_spans.get(blind)
-        if spans is None:
-            spans = self.raw_spans[blind] = [m.span() for m in _VALUE_DIGITS.finditer(whole)]
-        template = (blind, *(whole[start:end] for start, end in spans))
-        if template in self.raw_templates:
-            return True
-        self.raw_templates.add(template)
-        return False
+        """Whether `whole` repeats a line read before, so that its facets are those read then. Its prefixes (a
+        timestamp, a tee tag) are cut by `normalise` and its glued rank tags split whatever their digits, and a digit
+        kept in the text is one of `_VALUE_DIGITS` here as after. A line of NCCL's (it keeps that prefix) is not
+        remembered: its addresses and timings make each unique."""
+        return not NCCL_RECORD.match(whole) and not self.wholes.first(whole, labelled[1] if labelled else None)
 
 
 def _facets(
@@ -254,16 +265,8 @@ def _read_line(
     if NCCL_RECORD.match(line.text):
         return
     label = int(labelled[1]) if labelled and line.prefixes[:1] == ("srun_label",) else None
-    blind = (line.text.translate(MASK_TEXT), label, line.grank)
-    # `_VALUE_DIGITS` reads a digit as any digit, so lines of one blind template have their value digits at the same
-    # places: found once per template, then sliced.
-    spans = read.spans.get(blind)
-    if spans is None:
-        spans = read.spans[blind] = [m.span() for m in _VALUE_DIGITS.finditer(line.text)]
-    template = (blind, *(line.text[start:end] for start, end in spans))
-    if template in read.templates:
+    if not read.lines.first(line.text, label, line.grank):
         return
-    read.templates.add(template)
     facets = _facets(line.text, label, one_node)
     if facets is None:
         return
