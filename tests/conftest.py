@@ -1,15 +1,26 @@
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import os
+import shutil
 import sys
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from logscope.analysis import analyze
-from logscope.model import Analysis
+from logscope.cache import CACHE_DIR_ENV
+
+# The tests (and the command lines they start) keep logscope's cache in a folder of their own, not the user's: set
+# before anything loads the catalogue, whose parse the cache holds.
+os.environ[CACHE_DIR_ENV] = _CACHE_DIR = tempfile.mkdtemp(prefix="logscope-test-cache-")
+atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
+
+from logscope.analysis import analyze  # noqa: E402
+from logscope.model import Analysis  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from importlib import resources
+from typing import cast
 
 import regex
 
-from logscope import safeyaml
+from logscope import cache, safeyaml
+from logscope.events import literals as literals_module
 from logscope.events.literals import Literals, required_literals
 from logscope.events.templates import blind
 
@@ -100,7 +102,7 @@ class Signature:
     @cached_property
     def literals(self) -> Literals | None:
         """Strings one of which every line that passes the prefilter contains (None: no such set is known)."""
-        return required_literals(self.prefilter)
+        return cached_literals(self.prefilter)
 
     def may_pass(self, text: str) -> bool:
         """False only if the prefilter passes on no line of `text` (no required literal occurs in it)."""
@@ -185,9 +187,22 @@ def ascii_variant(pattern: str) -> str:
     return "".join(out)
 
 
+def cached_literals(pattern: str) -> Literals | None:
+    """`required_literals(pattern)`, read back from the cache when worked out before by the same code (all of
+    them cost a small run ~30 ms)."""
+    key = cache.text_key(f"literals-{_literals_code()}", pattern)
+    found = cache.store().value(key, lambda: required_literals(pattern), lambda s: None if s is None else sorted(s))
+    return None if found is None else frozenset(cast(list[str], found))
+
+
+@lru_cache(maxsize=1)
+def _literals_code() -> str:
+    return cache.file_key(literals_module.__file__)
+
+
 def _load() -> list[dict[str, object]]:
     text = resources.files("logscope.events").joinpath("signatures.yaml").read_text(encoding="utf-8")
-    data = safeyaml.load(text)
+    data = safeyaml.load_cached(text)
     if not isinstance(data, list):
         raise ValueError("signatures.yaml must be a list of signatures")
     return data

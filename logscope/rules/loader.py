@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
+import sys
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import regex
-import yaml
 
 from logscope import safeyaml
 from logscope.errors import RuleError
 from logscope.events.catalogue import catalogue
 from logscope.rules import checks as _checks  # noqa: F401  (registers the Python checks)
 from logscope.rules.api import CHECKS, Rule
+
+if TYPE_CHECKING:
+    import yaml
 
 # A wheel ships the top-level rules/ as logscope/rulepack/ (pyproject.toml); a source checkout reads rules/ itself.
 _PACKAGED_RULES = Path(__file__).resolve().parents[1] / "rulepack"
@@ -32,6 +35,8 @@ def rule_schema() -> dict[str, Any]:
 
 def _lines(node: yaml.Node, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
     """Line (1-based) of every key path in a YAML document, for file:line messages."""
+    import yaml
+
     out: dict[tuple[str, ...], int] = {prefix: node.start_mark.line + 1}
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
@@ -107,8 +112,12 @@ def parse_rule(path: Path) -> Rule:
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(f"{path}:1: cannot read rule file ({exc})") from None
     try:
-        data = safeyaml.load(text)
-    except yaml.YAMLError:
+        data = safeyaml.load_cached(text)
+    except Exception:
+        import yaml  # only where a rule is refused: a rule pack read from the cache never imports PyYAML
+
+        if not isinstance(sys.exc_info()[1], yaml.YAMLError):
+            raise
         try:  # the pure-Python loader names the problem and its line the same way on every install
             yaml.compose(text, Loader=yaml.SafeLoader)
         except yaml.YAMLError as exc:
@@ -122,7 +131,9 @@ def parse_rule(path: Path) -> Rule:
 
     def fail(keypath: tuple[str, ...], message: str) -> RuleError:
         # Line numbers are needed only to refuse a rule: the document is composed again only then.
-        node = yaml.compose(text, Loader=safeyaml.FAST_LOADER)
+        import yaml
+
+        node = yaml.compose(text, Loader=safeyaml.fast_loader())
         lines = _lines(node) if node is not None else {}
         line = next((lines[keypath[:i]] for i in range(len(keypath), -1, -1) if keypath[:i] in lines), 1)
         return RuleError(f"{path}:{line}: {message}")
