@@ -149,7 +149,7 @@ def test_entries_past_the_limit_keep_those_in_use(cache_folder: Path, monkeypatc
     monkeypatch.setattr(cache, "MAX_ENTRIES", 2)
     store = cache.store()
     for name in ("old-1", "old-2"):
-        store.value(name, lambda: name)
+        store.value(name, lambda name=name: name)
     _restart(monkeypatch)
     store = cache.store()
     store.value("new", lambda: "new")
