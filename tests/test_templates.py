@@ -99,6 +99,38 @@ def test_blind_prefilters_are_sound_on_every_fixture_line() -> None:
     assert passed > 20000  # the fixtures exercise the prefilters, so the check above means something
 
 
+def test_literals_read_on_templates_are_sound_on_every_fixture_line() -> None:
+    # `Extractor._possible` drops a signature whose literals no template of a batch holds: a line its prefilter
+    # passes must have a template holding one of them, digits masked too ("aught signal 11" of a segfault).
+    lines = event_lines()
+    text = pl.Series(lines)
+    masked = [line.translate(MASK_TEXT) for line in lines]
+    with_digits = 0
+    for sig in catalogue().signatures:
+        passing = text.str.contains(sig.prefilter).to_list()
+        missed = [line for line, m, p in zip(lines, masked, passing, strict=True) if p and not sig.may_pass_template(m)]
+        assert missed == [], (sig.kind, missed[:3])
+        if sig.literals and any(c.isdigit() for literal in sig.literals for c in literal) and any(passing):
+            with_digits += 1
+    assert with_digits >= 1  # a literal with a digit meets a real line, so the masking is checked
+
+
+def test_a_templated_batch_tries_only_the_prefilters_its_templates_may_pass() -> None:
+    # Past FEW_LINES lines every prefilter used to be tried (and polars compiles each again past 32 of them); the
+    # distinct templates of a real NCCL_DEBUG=INFO console narrow them to those whose literals they hold.
+    path = ROOT / "fixtures/blind_runs/r28h_healthy_ddp_bucket1mb_metrics_cpplog_detail_nccl_info_ws4/node0/console.log"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) > extract.FEW_LINES
+    masked = pl.Series("m", [line.translate(MASK_TEXT) for line in lines])
+    frame = pl.DataFrame({"t": lines, "m": masked}).with_columns(pl.col("m").hash().alias("k"))
+    extractor = Extractor(catalogue())
+    every = list(range(len(extractor.signatures)))
+    possible = extractor._possible(frame, every)
+    passing = [i for i in every if frame["t"].str.contains(extractor.signatures[i].prefilter).any()]
+    assert set(passing) <= set(possible)
+    assert len(possible) < len(every) // 2
+
+
 TREES = [
     "fixtures/real/runs/21_debug_detail_collective_mismatch",  # TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprints
     "fixtures/gpu/skip_broadcast_rank3_ws4_hostid",  # NCCL_DEBUG=INFO on four ranks

@@ -12,7 +12,7 @@ import regex
 from logscope import cache, safeyaml
 from logscope.events import literals as literals_module
 from logscope.events.literals import Literals, required_literals
-from logscope.events.templates import blind
+from logscope.events.templates import MASK_TEXT, blind
 
 LEVELS = ("benign", "info", "warning", "error")
 _KEYS = {
@@ -107,6 +107,16 @@ class Signature:
     def may_pass(self, text: str) -> bool:
         """False only if the prefilter passes on no line of `text` (no required literal occurs in it)."""
         return self.literals is None or any(literal in text for literal in self.literals)
+
+    @cached_property
+    def template_literals(self) -> Literals | None:
+        """`literals` with their digits read as 0: a line holding one, its template (`templates.MASK`) holds the
+        masked one, digit for digit."""
+        return None if self.literals is None else frozenset(s.translate(MASK_TEXT) for s in self.literals)
+
+    def may_pass_template(self, templates: str) -> bool:
+        """False only if the prefilter passes on no line whose template is a line of `templates`."""
+        return self.template_literals is None or any(literal in templates for literal in self.template_literals)
 
 
 @dataclass(frozen=True)

@@ -656,9 +656,15 @@ class Extractor:
         return marked.join(found, on=masks, how="left", maintain_order="left").drop(masks)
 
     def _possible(self, lines: pl.DataFrame, ids: list[int]) -> list[int]:
-        """The signatures of `ids` whose prefilter may pass on one of `lines`: on a few lines, those with a
-        required literal in them (`Signature.may_pass`). Planning one hit expression costs ~40 µs, and a batch's
-        few candidate lines pass a handful of the catalogue's hundred prefilters."""
+        """The signatures of `ids` whose prefilter may pass on one of `lines`: on a few lines, or lines of a few
+        templates, those with a required literal in them (`Signature.may_pass`, `may_pass_template`). Planning one
+        hit expression costs ~40 µs, polars compiles each prefilter again once a call tries more than 32 (its
+        regex cache holds 32), and a batch's candidate lines pass a handful of the catalogue's hundred prefilters."""
+        if "m" in lines.columns:  # a templated batch: a thousand fingerprints are one template
+            templates = _templates(lines)
+            if templates.height <= FEW_LINES:
+                text = "\n".join(templates["m"].to_list())
+                return [i for i in ids if self.signatures[i].may_pass_template(text)]
         if lines.height > FEW_LINES:
             return ids
         text = "\n".join(lines["t"].to_list())
