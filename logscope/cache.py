@@ -31,12 +31,16 @@ T = TypeVar("T")
 
 
 def cache_dir() -> Path | None:
-    """Where the cache lives, or None when $LOGSCOPE_CACHE_DIR is set empty (no cache)."""
+    """Where the cache lives, or None when $LOGSCOPE_CACHE_DIR is set empty or there is no home (no cache)."""
     configured = os.environ.get(CACHE_DIR_ENV)
     if configured is not None:
         return Path(configured) if configured else None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "logscope"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    home = os.path.expanduser("~")
+    # Only an absolute folder (the XDG rule): with no home ("~" unexpanded) no cache, never a folder in the cwd,
+    # which may be the logs' own.
+    base = xdg if os.path.isabs(xdg) else os.path.join(home, ".cache") if os.path.isabs(home) else None
+    return Path(base) / "logscope" if base is not None else None
 
 
 def text_key(namespace: str, text: str) -> str:

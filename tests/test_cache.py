@@ -123,6 +123,15 @@ def test_the_default_folder_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert cache.cache_dir() == tmp_path / "home" / ".cache" / "logscope"
 
 
+def test_no_home_means_no_cache_not_a_folder_in_the_cwd(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(CACHE_DIR_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # not absolute: ignored, as the XDG rule says
+    monkeypatch.setattr(os.path, "expanduser", lambda path: path)  # no HOME and no passwd entry: "~" stays "~"
+    assert cache.cache_dir() is None
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.cache_dir() == tmp_path / "logscope"
+
+
 def test_what_json_cannot_hold_is_returned_and_not_stored(cache_folder: Path) -> None:
     text = "1: one\n2: two\n"  # YAML's integer keys would come back from JSON as strings
     assert safeyaml.load_cached(text) == {1: "one", 2: "two"}
