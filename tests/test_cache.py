@@ -196,6 +196,19 @@ def test_a_warm_start_never_imports_pyyaml(tmp_path: Path) -> None:
     assert _child(code, tmp_path) == "False"
 
 
+def test_processes_writing_at_once_leave_a_whole_file(tmp_path: Path) -> None:
+    """Several cold starts at once (xdist workers, a fleet scan's tasks) each write the file at exit: each write
+    replaces it whole, so the last one stands and the next start reads it."""
+    code = "from logscope.rules.loader import load_rules\nload_rules()\n"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {CACHE_DIR_ENV: str(tmp_path)}
+    starts = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env) for _ in range(4)]
+    assert [p.wait(timeout=120) for p in starts] == [0, 0, 0, 0]
+    assert json.loads((tmp_path / f"derived-{cache.__version__}.json").read_text(encoding="utf-8"))
+    assert not list(tmp_path.glob(".tmp-*"))
+    warm = "import sys\nfrom logscope.rules.loader import load_rules\nload_rules()\nprint('yaml' in sys.modules)\n"
+    assert _child(warm, tmp_path) == "False"
+
+
 def test_an_error_message_compiles_only_the_prefilters_it_may_pass(tmp_path: Path) -> None:
     """`message_kind` asks each signature's literals first: a small run with an exception used to compile all
     ~160 prefilters (~50 ms) to find the two or three that can pass."""
