@@ -76,7 +76,8 @@ def test_hits_planned_from_literals_are_the_hits_of_every_prefilter() -> None:
     for start in range(0, len(selected), 200):
         frame = pl.DataFrame({"t": selected[start : start + 200]})
         narrowed = frame.select(extractor._hits(frame, extractor._every))["sigs"].to_list()
-        full = frame.select(pl.concat_list(extractor._hit_exprs).list.drop_nulls().alias("sigs"))["sigs"].to_list()
+        every = [extractor._hit_expr(i) for i in extractor._every]
+        full = frame.select(pl.concat_list(every).list.drop_nulls().alias("sigs"))["sigs"].to_list()
         assert narrowed == full
 
 
@@ -123,6 +124,6 @@ def test_limited_hits_are_the_hits_of_every_limited_prefilter() -> None:
     for start in range(0, len(selected), 700):
         frame = pl.DataFrame({"t": selected[start : start + 700]})
         found = extractor._limited_hits(frame, live)
-        full = frame.select(pl.concat_list([extractor._hit_exprs[i] for i in extractor._limited]).list.drop_nulls())
+        full = frame.select(pl.concat_list([extractor._hit_expr(i) for i in extractor._limited]).list.drop_nulls())
         assert found["lsigs"].to_list() == full.to_series().to_list()
         assert found["first"].to_list() == [next((i for i in hits if i in live), None) for hits in found["lsigs"]]

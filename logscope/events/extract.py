@@ -208,10 +208,7 @@ class Extractor:
         self._kind_count: Counter[tuple[int, str]] = Counter()
         self._tails: dict[tuple[int, str], tuple[int, Source, int, Signature, regex.Match[str], Any]] = {}
         self.notes: list[str] = []
-        self._hit_exprs = [
-            pl.when(pl.col("t").str.contains(sig.prefilter)).then(pl.lit(i, dtype=pl.Int32))
-            for i, sig in enumerate(self.signatures)
-        ]
+        self._hit_exprs: dict[int, pl.Expr] = {}  # built as asked (`_hit_expr`): a run asks for a few of them
         # Limited (chatty) signatures: their quota is spent on whole columns, before any per-line Python work.
         # Limited and capped signatures both have a per-source quota; past a cap, the batch's last line is kept too
         # (a capped kind keeps its latest event: the last iteration, the last SeqNum).
@@ -496,7 +493,7 @@ class Extractor:
         return "|".join(f"(?:{self._blind_prefilter(self.signatures[i])})" for i in ids)
 
     def _union(self, spent: list[int]) -> str:
-        """The union prefilter without the spent signatures. They stay in `_hit_exprs`, so on the lines that
+        """The union prefilter without the spent signatures. They stay in `_hit_expr`, so on the lines that
         remain candidates they still shadow later signatures exactly as before. On an ASCII batch, spelled in
         ASCII (`Signature.ascii_prefilter`): it passes the same lines, and the scan reads them faster."""
         if not spent:
@@ -675,7 +672,16 @@ class Extractor:
         possible = self._possible(lines, ids)
         if not possible:
             return pl.lit([], dtype=pl.List(pl.Int32)).alias("sigs")
-        return pl.concat_list([self._hit_exprs[i] for i in possible]).list.drop_nulls().alias("sigs")
+        return pl.concat_list([self._hit_expr(i) for i in possible]).list.drop_nulls().alias("sigs")
+
+    def _hit_expr(self, i: int) -> pl.Expr:
+        """Signature `i`'s number where its prefilter passes the line (building all of them costs a small run
+        ~5 ms)."""
+        found = self._hit_exprs.get(i)
+        if found is None:
+            prefilter = self.signatures[i].prefilter
+            found = self._hit_exprs[i] = pl.when(pl.col("t").str.contains(prefilter)).then(pl.lit(i, dtype=pl.Int32))
+        return found
 
     def _match(
         self,
