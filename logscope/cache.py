@@ -43,8 +43,12 @@ def cache_dir() -> Path | None:
     return Path(base) / "logscope" if base is not None else None
 
 
+def text_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
 def text_key(namespace: str, text: str) -> str:
-    return f"{namespace}:{hashlib.blake2b(text.encode('utf-8', 'surrogatepass'), digest_size=16).hexdigest()}"
+    return f"{namespace}:{text_hash(text)}"
 
 
 class Store:

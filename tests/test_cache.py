@@ -14,8 +14,10 @@ import pytest
 
 from logscope import cache, safeyaml
 from logscope.cache import CACHE_DIR_ENV, Store
+from logscope.errors import RuleError
 from logscope.events import catalogue as catalogue_module
 from logscope.events.literals import required_literals
+from logscope.rules import loader
 from logscope.rules.loader import BUILTIN_RULES, load_rules
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +39,7 @@ def _restart(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cache, "_stores", {})
 
 
-def _parse_refused(text: str) -> object:
+def _parse_refused(*args: object) -> object:
     raise AssertionError("parsed again although the cache holds this text")
 
 
@@ -62,6 +64,32 @@ def test_an_edited_rule_file_is_parsed_again(
     _restart(monkeypatch)
     mine.write_text(mine.read_text(encoding="utf-8").replace("id: LS901", "id: LS902"), encoding="utf-8")
     assert {r.id for r in load_rules([rules], include_builtin=False)} == {"LS902"}
+
+
+def test_a_rule_that_passed_the_schema_is_not_checked_again(
+    cache_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = load_rules()
+    _restart(monkeypatch)
+    monkeypatch.setattr(loader, "_check", _parse_refused)
+    assert [r.id for r in load_rules()] == [r.id for r in first]
+    # Another schema or checking code: every rule is checked again.
+    monkeypatch.setattr(loader, "_schema_checked", lambda: "schema-checked-edited")
+    with pytest.raises(AssertionError, match="parsed again"):
+        load_rules()
+
+
+def test_a_rule_the_schema_refuses_is_refused_every_time(
+    cache_folder: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    text = RULE.read_text(encoding="utf-8").replace("id: LS101", "id: LS901")
+    (rules / "LS901_mine.yaml").write_text(text.replace("severity: ", "severity: catastrophic #"), encoding="utf-8")
+    for _ in range(2):
+        with pytest.raises(RuleError, match=r"LS901_mine\.yaml:[0-9]+: .*severity"):
+            load_rules([rules], include_builtin=False)
+        _restart(monkeypatch)
 
 
 def test_a_changed_value_comes_back_as_a_fresh_copy(cache_folder: Path) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-from logscope import safeyaml
+from logscope import cache, safeyaml
 from logscope.errors import RuleError
 from logscope.events.catalogue import catalogue
 from logscope.rules import checks as _checks  # noqa: F401  (registers the Python checks)
@@ -28,9 +28,19 @@ WORKFLOW_STEPS = {f"W{i}" for i in range(1, 11)}
 
 @lru_cache(maxsize=1)
 def rule_schema() -> dict[str, Any]:
-    text = resources.files("logscope.rules").joinpath("schema.json").read_text(encoding="utf-8")
-    schema: dict[str, Any] = json.loads(text)
+    schema: dict[str, Any] = json.loads(_schema_text())
     return schema
+
+
+@lru_cache(maxsize=1)
+def _schema_text() -> str:
+    return resources.files("logscope.rules").joinpath("schema.json").read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=1)
+def _schema_checked() -> str:
+    """The cache's name for "this text passed the schema check": the schema and the code that checks it named."""
+    return f"schema-checked-{cache.text_hash(_schema_text())}-{cache.file_key(__file__)}"
 
 
 def _lines(node: yaml.Node, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
@@ -138,10 +148,16 @@ def parse_rule(path: Path) -> Rule:
         line = next((lines[keypath[:i]] for i in range(len(keypath), -1, -1) if keypath[:i] in lines), 1)
         return RuleError(f"{path}:{line}: {message}")
 
-    errors: list[tuple[tuple[str, ...], str]] = []
-    _check(data, rule_schema(), (), errors)
-    if errors:
-        raise fail(*errors[0])
+    def schema_checked() -> bool:
+        errors: list[tuple[tuple[str, ...], str]] = []
+        _check(data, rule_schema(), (), errors)
+        if errors:
+            raise fail(*errors[0])
+        return True
+
+    # A text that passed before, under the same schema and checking code, is not checked again (~10 ms for the
+    # rule pack at every start); a refusal raises, so only passes are kept.
+    cache.store().value(cache.text_key(_schema_checked(), text), schema_checked)
     known_kinds = catalogue().known_kinds()
     for i, kind in enumerate(data["match"].get("kinds", [])):
         if kind not in known_kinds:
