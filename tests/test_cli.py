@@ -160,7 +160,15 @@ def test_version_flag_and_help_list_every_choice() -> None:
 
 # What `analyze` of a small run to text must not import: each costs tens of milliseconds at every start
 # (benchmarks/startup.py), and none is needed for it.
-NOT_FOR_A_TEXT_REPORT = ("pydantic", "jinja2", "torch", "logscope.compare", "logscope.replay", "logscope.report.html")
+NOT_FOR_A_TEXT_REPORT = (
+    "pydantic",
+    "jinja2",
+    "torch",
+    "rich",  # the text report lays itself out (report/text.py)
+    "logscope.compare",
+    "logscope.replay",
+    "logscope.report.html",
+)
 
 
 def test_a_text_report_of_a_small_run_imports_only_what_it_needs() -> None:
