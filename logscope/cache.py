@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from logscope import __version__
+from logscope.errors import OutputError
+from logscope.outputs import write_atomic
 
 CACHE_DIR_ENV = "LOGSCOPE_CACHE_DIR"
 # Entries kept at most: a rule folder edited many times leaves old keys behind, and those not used by this process
@@ -96,19 +98,10 @@ class Store:
         entries = self._entries
         if len(entries) > MAX_ENTRIES:
             entries = {k: v for k, v in entries.items() if k in self._used}
-        import tempfile  # only when something is written
-
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as out:
-                    json.dump(entries, out, separators=(",", ":"))
-                os.replace(tmp, self.path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-        except OSError:  # a read-only home, a full disk: the next run works it out again
+            write_atomic(self.path, json.dumps(entries, separators=(",", ":")))
+        except (OSError, OutputError):  # a read-only home, a full disk: the next run works it out again
             return
 
 

@@ -232,7 +232,7 @@ def test_processes_writing_at_once_leave_a_whole_file(tmp_path: Path) -> None:
     starts = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env) for _ in range(4)]
     assert [p.wait(timeout=120) for p in starts] == [0, 0, 0, 0]
     assert json.loads((tmp_path / f"derived-{cache.__version__}.json").read_text(encoding="utf-8"))
-    assert not list(tmp_path.glob(".tmp-*"))
+    assert not list(tmp_path.glob("*.tmp"))  # write_atomic's temporaries
     warm = "import sys\nfrom logscope.rules.loader import load_rules\nload_rules()\nprint('yaml' in sys.modules)\n"
     assert _child(warm, tmp_path) == "False"
 

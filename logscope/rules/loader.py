@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -123,10 +122,10 @@ def parse_rule(path: Path) -> Rule:
         raise RuleError(f"{path}:1: cannot read rule file ({exc})") from None
     try:
         data = safeyaml.load_cached(text)
-    except Exception:
+    except Exception as exc:
         import yaml  # only where a rule is refused: a rule pack read from the cache never imports PyYAML
 
-        if not isinstance(sys.exc_info()[1], yaml.YAMLError):
+        if not isinstance(exc, yaml.YAMLError):
             raise
         try:  # the pure-Python loader names the problem and its line the same way on every install
             yaml.compose(text, Loader=yaml.SafeLoader)
